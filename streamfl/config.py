@@ -1,0 +1,288 @@
+"""Experiment configuration: one validated file describes a whole run.
+
+Configs are YAML (or JSON) files validated once, at load, with pydantic. A
+bad field raises :class:`ConfigError` whose message is one line naming the
+field, what is wrong and, where there is a choice, the allowed values::
+
+    config error: learner.tau: Input should be greater than or equal to 1 (got 0)
+
+The default experiment (``streamfl run`` with no arguments) is
+:data:`DEFAULT`; every field is documented in README.md ("Config reference").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A config file or field is invalid; the message is one line for the user."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ----------------------------------------------------------------------------- drift
+class AbruptDrift(_Model):
+    """Switch to a new random optimum at the given steps (0-based)."""
+    kind: Literal["abrupt"]
+    at: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+
+
+class RotationDrift(_Model):
+    """Rotate the optimum by ``speed`` radians per step."""
+    kind: Literal["rotation"]
+    speed: float
+
+
+class LinearDrift(_Model):
+    """Move the optimum ``speed`` units per step along a fixed direction."""
+    kind: Literal["linear"]
+    speed: float
+
+
+class PeriodicDrift(_Model):
+    """Add amplitude·sin(2πt/period) along a fixed direction."""
+    kind: Literal["periodic"]
+    amplitude: float
+    period: float = Field(gt=0)
+
+
+class RandomWalkDrift(_Model):
+    """Gaussian random walk with RMS move ``step`` units per step."""
+    kind: Literal["random_walk"]
+    step: float = Field(ge=0)
+
+
+class AdaptiveDrift(_Model):
+    """Move each client's optimum ``budget`` units per step away from its model."""
+    kind: Literal["adaptive"]
+    budget: float = Field(ge=0)
+
+
+Drift = Annotated[Union[AbruptDrift, RotationDrift, LinearDrift, PeriodicDrift, RandomWalkDrift, AdaptiveDrift],
+                  Field(discriminator="kind")]
+
+
+# ----------------------------------------------------------------------------- sources
+class SyntheticSource(_Model):
+    """The synthetic SEA adversary (:class:`streamfl.generators.SyntheticStream`)."""
+    kind: Literal["synthetic"]
+    task: Literal["least_squares", "logistic"] = "logistic"
+    clients: int = Field(8, ge=1)
+    dim: int = Field(10, ge=1)
+    noise: float = Field(1.0, ge=0)
+    heterogeneity: float = Field(0.5, ge=0)
+    radius: float = Field(2.0, ge=0)
+    feature_scale: float = Field(1.0, gt=0)
+    drift: list[Drift] = Field(default_factory=list)
+
+
+class RiverSynthSource(_Model):
+    """A River synthetic generator split into per-client streams."""
+    kind: Literal["river_synth"]
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    clients: int = Field(8, ge=1)
+    shared_concept: bool = False
+
+
+class Split(_Model):
+    """How a table is split across clients."""
+    kind: Literal["contiguous", "column", "dirichlet"] = "contiguous"
+    column: str | None = None
+    alpha: float = Field(0.5, gt=0)
+
+    @model_validator(mode="after")
+    def _column_needed(self):
+        if self.kind == "column" and not self.column:
+            raise ValueError("split.column is required when split.kind is 'column'")
+        return self
+
+
+class CovariateRotation(_Model):
+    kind: Literal["covariate_rotation"]
+    start: int = Field(ge=0)
+    end: int | None = None
+    angle: float
+
+
+class CovariateScale(_Model):
+    kind: Literal["covariate_scale"]
+    start: int = Field(ge=0)
+    end: int | None = None
+    factor: float = Field(gt=0)
+
+
+class LabelFlip(_Model):
+    kind: Literal["label_flip"]
+    start: int = Field(ge=0)
+    end: int | None = None
+    fraction: float = Field(1.0, gt=0, le=1)
+
+
+Injection = Annotated[Union[CovariateRotation, CovariateScale, LabelFlip], Field(discriminator="kind")]
+
+
+class PriorShift(_Model):
+    """Class-prior shift by resampling from fraction ``start`` of each client's stream."""
+    start: float = Field(ge=0, le=1)
+    class_weights: dict[str, float]
+
+
+class TableSourceBase(_Model):
+    label: str | None = None
+    features: list[str] | None = None
+    time_column: str | None = None
+    clients: int = Field(8, ge=1)
+    split: Split = Field(default_factory=Split)
+    standardize: bool = True
+    intercept: bool = True
+    prior_shift: PriorShift | None = None
+    inject: list[Injection] = Field(default_factory=list)
+
+
+class RiverDatasetSource(TableSourceBase):
+    """A dataset bundled with River (Phishing, Bananas, ImageSegments, …)."""
+    kind: Literal["river_dataset"]
+    name: str
+
+
+class FileSource(TableSourceBase):
+    """A CSV or Parquet file with named feature, label, client and time columns."""
+    kind: Literal["file"]
+    path: Path
+    label: str
+
+
+Source = Annotated[Union[SyntheticSource, RiverSynthSource, RiverDatasetSource, FileSource],
+                   Field(discriminator="kind")]
+
+
+# ----------------------------------------------------------------------------- learner
+class StepSizeConfig(_Model):
+    """η_t: constant η, η0/√t (``inv_sqrt``) or 1/(μ(t + t0)) (``strongly_convex``)."""
+    kind: Literal["constant", "inv_sqrt", "strongly_convex"] = "constant"
+    eta: float = Field(0.05, gt=0)
+    mu: float = Field(1.0, gt=0)
+    t0: float = Field(0.0, ge=0)
+
+
+class LearnerConfig(_Model):
+    """FedSEA's knobs."""
+    tau: int | None = Field(10, ge=1)
+    step_size: StepSizeConfig = Field(default_factory=StepSizeConfig)
+    batch_size: int = Field(1, ge=1)
+    radius: float | None = Field(None, gt=0)
+    weighting: Literal["uniform", "samples"] = "uniform"
+
+
+class OutputConfig(_Model):
+    dir: Path = Path("runs")
+    format: Literal["csv", "parquet"] = "csv"
+    plots: bool = True
+    client_columns: bool = True
+
+
+class SweepConfig(_Model):
+    """Run the experiment once per combination of values.
+
+    ``parameters`` maps dotted field paths (e.g. ``source.clients``) to lists of
+    values; ``labels`` optionally names the values of one parameter for plots.
+    """
+    parameters: dict[str, list[Any]] = Field(min_length=1)
+    labels: dict[str, list[str]] = Field(default_factory=dict)
+    metric: Literal["regret_expected", "regret_static", "regret_dynamic"] = "regret_expected"
+
+
+Baseline = Literal["tau1", "local", "centralized", "river"]
+
+
+class ExperimentConfig(_Model):
+    """A whole experiment."""
+    name: str = "default"
+    seed: int = 0
+    steps: int | None = Field(2000, ge=1)
+    source: Source = Field(default_factory=lambda: SyntheticSource(kind="synthetic"))
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    baselines: list[Baseline] = Field(default_factory=lambda: ["tau1", "local", "centralized", "river"])
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    chunk_size: int = Field(256, ge=1)
+    reservoir_size: int = Field(4096, ge=16)
+    sweep: SweepConfig | None = None
+
+
+def default_config() -> ExperimentConfig:
+    """The default experiment: 8 clients, logistic loss, moderate spatial
+    heterogeneity, gradual drift plus one abrupt switch, τ = 10."""
+    return ExperimentConfig.model_validate({
+        "name": "default",
+        "seed": 0,
+        "steps": 2000,
+        "source": {"kind": "synthetic", "task": "logistic", "clients": 8, "dim": 10, "heterogeneity": 0.5,
+                   "radius": 2.0, "drift": [{"kind": "rotation", "speed": 0.0005}, {"kind": "abrupt", "at": [1200]}]},
+        "learner": {"tau": 10, "step_size": {"kind": "constant", "eta": 0.05}},
+    })
+
+
+def _format_error(err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in {
+        "synthetic", "river_synth", "river_dataset", "file", "abrupt", "rotation", "linear", "periodic",
+        "random_walk", "adaptive", "covariate_rotation", "covariate_scale", "label_flip"}))
+    msg = e["msg"]
+    if e["type"] == "extra_forbidden":
+        msg = "unknown field"
+    got = e.get("input")
+    tail = "" if e["type"] in ("missing", "extra_forbidden") or isinstance(got, (dict, list)) else f" (got {got!r})"
+    more = f" [and {len(err.errors()) - 1} more]" if len(err.errors()) > 1 else ""
+    return f"config error: {loc or 'file'}: {msg}{tail}{more}"
+
+
+def parse_config(data: dict) -> ExperimentConfig:
+    """Validate a config mapping; raises :class:`ConfigError` with a one-line message."""
+    if not isinstance(data, dict):
+        raise ConfigError("config error: the file must contain a mapping of fields (name, source, learner, …)")
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_error(err)) from None
+
+
+def load_config(path: str | Path) -> ExperimentConfig:
+    """Read and validate a YAML/JSON experiment file.
+
+    Raises
+    ------
+    ConfigError
+        The file is missing, is not YAML, or a field is invalid.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config error: no such file: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config error: {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    cfg = parse_config(data or {})
+    src = cfg.source
+    if getattr(src, "kind", None) == "file" and not src.path.is_absolute():
+        cfg = cfg.model_copy(update={"source": src.model_copy(update={"path": (path.parent / src.path).resolve()})})
+    return cfg
+
+
+def apply_override(data: dict, dotted: str, value) -> dict:
+    """Return a deep copy of ``data`` with ``a.b.c`` set to ``value``."""
+    import copy
+    out = copy.deepcopy(data)
+    node = out
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+    return out

@@ -1,0 +1,329 @@
+"""River's synthetic generators as federated streams.
+
+:class:`RiverSynthStream` turns any generator of :mod:`river.datasets.synth`
+(Hyperplane, SEA, RandomRBFDrift, FriedmanDrift, ConceptDriftStream, Agrawal,
+Mixed, ...) into M client streams. Drift comes from the generator itself
+(Hyperplane's ``mag_change``, RandomRBFDrift's ``change_speed``,
+ConceptDriftStream's ``position``/``width``, FriedmanDrift's ``position``...).
+River generators are pure Python, so all T·M·b samples are drawn once in the
+constructor and converted to arrays; iterating only slices them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import numbers
+from typing import Iterator
+
+import numpy as np
+
+from streamfl.generators.base import Chunk, Stream
+from streamfl.generators.tabular import _check_bool, _check_choice, _check_int, _frozen, _param_error
+
+__all__ = ["river_synth_names", "RiverSynthStream"]
+
+_TASKS = ("least_squares", "logistic", "softmax")
+_SEED_MOD = 2**32  # some River generators seed numpy's RandomState, which needs seeds < 2**32
+
+
+@functools.lru_cache(maxsize=1)
+def _synth_classes() -> dict[str, type]:
+    from river.datasets import base, synth
+
+    single_output = {base.REG, base.BINARY_CLF, base.MULTI_CLF}
+    found = {}
+    for name in synth.__all__:
+        cls = getattr(synth, name, None)
+        if not (isinstance(cls, type) and issubclass(cls, base.SyntheticDataset)):
+            continue
+        try:
+            task = cls().task
+        except Exception:  # pragma: no cover - a generator needing arguments
+            continue
+        if task in single_output:
+            found[name] = cls
+    return dict(sorted(found.items()))
+
+
+def river_synth_names() -> list[str]:
+    """Names of the single-output generators in :mod:`river.datasets.synth`.
+
+    Multi-output generators (``Logical``) are left out.
+
+    Examples
+    --------
+    >>> "Hyperplane" in river_synth_names(), "Logical" in river_synth_names()
+    (True, False)
+    """
+    return list(_synth_classes())
+
+
+def _seed_params(cls: type) -> list[str]:
+    return [p for p in inspect.signature(cls).parameters if p == "seed" or p.startswith("seed_")]
+
+
+def _build(cls: type, params: dict, seed: int):
+    """Instantiate ``cls(**params)`` with every seed parameter the user did not fix set to ``seed``.
+
+    Nested generators (River ``SyntheticDataset`` instances, or
+    ``{"name": ..., "params": {...}}`` dicts — e.g. ConceptDriftStream's
+    ``stream``/``drift_stream``) are rebuilt with their own derived seeds.
+    """
+    from river.datasets import base
+
+    kwargs = {}
+    for j, (key, value) in enumerate(sorted(params.items())):
+        sub_seed = (seed + 1_000_003 * (j + 1)) % _SEED_MOD
+        if isinstance(value, base.SyntheticDataset):
+            value = _build(type(value), {k: v for k, v in value._get_params().items()
+                                         if not (k == "seed" or k.startswith("seed_")) or v is not None}, sub_seed)
+        elif isinstance(value, dict) and set(value) <= {"name", "params"} and "name" in value:
+            sub_cls = _lookup(value["name"])
+            value = _build(sub_cls, dict(value.get("params") or {}), sub_seed)
+        kwargs[key] = value
+    for p in _seed_params(cls):
+        kwargs.setdefault(p, seed)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"Invalid params for river.datasets.synth.{cls.__name__}: {err}") from err
+
+
+def _lookup(name) -> type:
+    classes = _synth_classes()
+    if isinstance(name, str):
+        if name in classes:
+            return classes[name]
+        matches = [n for n in classes if n.lower() == name.lower()]
+        if len(matches) == 1:
+            return classes[matches[0]]
+    raise ValueError(f"Unknown River generator {name!r}; valid names are: {', '.join(classes)}.")
+
+
+def _is_bool(v) -> bool:
+    return isinstance(v, (bool, np.bool_))
+
+
+def _sorted(values) -> list:
+    try:
+        return sorted(values)
+    except TypeError:
+        return sorted(values, key=str)
+
+
+class RiverSynthStream(Stream):
+    """M client streams drawn from a River synthetic generator.
+
+    Parameters
+    ----------
+    name : str
+        Class name in :mod:`river.datasets.synth` (case-insensitive), e.g.
+        "Hyperplane", "SEA", "RandomRBFDrift", "FriedmanDrift",
+        "ConceptDriftStream", "Agrawal", "Mixed" (see
+        :func:`river_synth_names`).
+    n_clients : int
+        M ≥ 1.
+    n_steps : int
+        T ≥ 1.
+    batch_size : int
+        b ≥ 1 samples per client per step.
+    seed : int
+        ≥ 0. Client m's generator gets seed ``seed * 1000 + m`` for every seed
+        parameter (``seed``, ``seed_model``, ``seed_sample``, ``seed_tree``)
+        not fixed in ``params``.
+    params : dict or None
+        Constructor keyword arguments of the generator. Fixing a seed
+        parameter here shares it across clients: e.g. RandomRBF with
+        ``{"seed_model": 7}`` gives every client the same concept with its own
+        samples. Nested generators (ConceptDriftStream's ``stream`` and
+        ``drift_stream``) may be River instances or ``{"name": ..., "params":
+        {...}}`` dicts; they are rebuilt per client with derived seeds.
+    shared_concept : bool
+        If True, a single generator (seed ``seed * 1000``) is drawn T·M·b
+        times and the samples are dealt round-robin: client m gets samples
+        m, m + M, m + 2M, ... So all clients share the concept and its drift
+        but see different samples. Note that River's drift positions count
+        samples of one generator, so a drift at River position P happens at
+        step ≈ P / b per client by default but at step ≈ P / (M·b) here.
+    intercept : bool
+        Append a constant-1 feature last (``has_intercept``).
+    task : {"least_squares", "logistic", "softmax"} or None
+        ``None`` infers it from the labels: float → "least_squares"; boolean
+        or 2 classes → "logistic"; more classes → "softmax".
+
+    Attributes
+    ----------
+    n_clients, n_features, batch_size, n_steps, task, n_classes
+        See :class:`~streamfl.generators.base.Stream`.
+    has_intercept : bool
+    classes_ : list or None
+        Original label values; class k is encoded as k. For integer labels of
+        a generator that declares ``n_classes`` this is ``range(n_classes)``,
+        otherwise the sorted labels seen. ``None`` for regression.
+    feature_names_ : list of str
+        Feature keys in the order of the first sample (keys first seen later
+        are appended). Boolean features become 0/1; features with non-numeric
+        values (strings) are one-hot encoded over the sorted values seen in
+        the samples drawn, as ``"key=value"``.
+    client_seeds_ : list of int
+        The seed each client's generator got.
+
+    Raises
+    ------
+    ValueError
+        For an unknown generator name (listing valid names), params the
+        generator rejects (with River's message), a generator that runs out of
+        samples, a sample missing a feature, or a task that does not fit the
+        labels.
+
+    Examples
+    --------
+    >>> stream = RiverSynthStream("Hyperplane", n_clients=2, n_steps=5, params={"n_features": 3})
+    >>> stream.task, stream.n_features, stream.feature_names_
+    ('logistic', 4, ['0', '1', '2', 'intercept'])
+    >>> chunk = next(stream.chunks())
+    >>> chunk.X.shape, chunk.y.shape
+    ((5, 2, 1, 4), (5, 2, 1))
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        n_clients: int = 8,
+        n_steps: int = 1000,
+        batch_size: int = 1,
+        seed: int = 0,
+        params: dict | None = None,
+        shared_concept: bool = False,
+        intercept: bool = True,
+        task: str | None = None,
+    ):
+        owner = "RiverSynthStream"
+        cls = _lookup(name)
+        M = _check_int(n_clients, "n_clients", owner, 1)
+        T = _check_int(n_steps, "n_steps", owner, 1)
+        b = _check_int(batch_size, "batch_size", owner, 1)
+        seed = _check_int(seed, "seed", owner, 0)
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise _param_error("params", owner, "a dict of constructor arguments or None", params)
+        shared_concept = _check_bool(shared_concept, "shared_concept", owner)
+        intercept = _check_bool(intercept, "intercept", owner)
+        task = _check_choice(task, "task", owner, _TASKS, allow_none=True)
+
+        # ---- draw samples ----------------------------------------------------
+        per_gen = T * b * (M if shared_concept else 1)
+        seeds = [(seed * 1000 + m) % _SEED_MOD for m in range(1 if shared_concept else M)]
+        samples = []
+        for s in seeds:
+            gen = _build(cls, params, s)
+            got = list(gen.take(per_gen))
+            if len(got) < per_gen:
+                raise ValueError(
+                    f"River generator {cls.__name__} produced only {len(got)} samples but {per_gen} are needed; "
+                    f"lower n_steps or raise the generator's n_samples."
+                )
+            samples.extend(got)
+        declared_classes = getattr(gen, "n_classes", None)
+
+        # ---- features --------------------------------------------------------
+        keys = list(dict.fromkeys(k for x, _ in samples for k in x))
+        columns, names = [], []
+        for key in keys:
+            try:
+                values = [x[key] for x, _ in samples]
+            except KeyError:
+                raise ValueError(f"Some samples of {cls.__name__} lack feature {key!r}; cannot build arrays.") from None
+            if all(isinstance(v, numbers.Real) for v in values):  # bools included
+                columns.append(np.asarray(values, dtype=np.float64)[:, None])
+                names.append(str(key))
+            else:
+                cats = _sorted(set(values))
+                code = {c: i for i, c in enumerate(cats)}
+                columns.append(np.eye(len(cats))[[code[v] for v in values]])
+                names.extend(f"{key}={c}" for c in cats)
+        if intercept:
+            columns.append(np.ones((len(samples), 1)))
+            names.append("intercept")
+        Xflat = np.concatenate(columns, axis=1) if columns else np.zeros((len(samples), 0))
+        if Xflat.shape[1] == 0:
+            raise ValueError(f"River generator {cls.__name__} produced no features.")
+
+        # ---- labels ----------------------------------------------------------
+        labels = [y for _, y in samples]
+        kind = self._label_kind(labels, cls.__name__)
+        if task is None:
+            task = "least_squares" if kind == "float" else None
+        if task == "least_squares":
+            if kind == "other":
+                raise ValueError(f"{cls.__name__}'s labels are not numeric, so task='least_squares' does not fit.")
+            yflat = np.asarray(labels, dtype=np.float64)
+            classes, n_classes = None, 1
+        else:
+            if kind == "float":
+                raise ValueError(f"{cls.__name__}'s labels are real numbers; use task='least_squares'.")
+            seen = _sorted(set(labels))
+            if kind == "bool":
+                classes = [False, True]
+            elif kind == "int" and isinstance(declared_classes, int) and declared_classes >= 2 and \
+                    all(0 <= v < declared_classes for v in seen):
+                classes = list(range(declared_classes))
+            else:
+                classes = seen
+            K = len(classes)
+            if K < 2:
+                raise ValueError(f"{cls.__name__} produced a single class ({classes[0]!r}); a classifier needs two.")
+            if task is None:
+                task = "logistic" if K == 2 else "softmax"
+            elif task == "logistic" and K != 2:
+                raise ValueError(f"task='logistic' needs 2 classes but {cls.__name__} has {K}.")
+            code = {c: i for i, c in enumerate(classes)}
+            yflat = np.asarray([code[v] for v in labels], dtype=np.float64)
+            n_classes = K if task == "softmax" else 1
+
+        # ---- arrays ----------------------------------------------------------
+        d = Xflat.shape[1]
+        if shared_concept:  # sample s = (t·b + i)·M + m
+            X = Xflat.reshape(T, b, M, d).transpose(0, 2, 1, 3)
+            y = yflat.reshape(T, b, M).transpose(0, 2, 1)
+        else:  # client-major: sample s = m·T·b + t·b + i
+            X = Xflat.reshape(M, T, b, d).transpose(1, 0, 2, 3)
+            y = yflat.reshape(M, T, b).transpose(1, 0, 2)
+
+        self.name = cls.__name__
+        self.params = params
+        self.n_clients = M
+        self.n_features = d
+        self.batch_size = b
+        self.n_steps = T
+        self.task = task
+        self.n_classes = n_classes
+        self.has_intercept = intercept
+        self.shared_concept = shared_concept
+        self.classes_ = classes
+        self.feature_names_ = names
+        self.client_seeds_ = seeds * M if shared_concept else seeds
+        self._X = _frozen(np.ascontiguousarray(X))
+        self._y = _frozen(np.ascontiguousarray(y))
+
+    @staticmethod
+    def _label_kind(labels, name) -> str:
+        if any(isinstance(v, dict) for v in labels):
+            raise ValueError(f"River generator {name} is multi-output; only single-output generators are supported.")
+        if all(_is_bool(v) for v in labels):
+            return "bool"
+        if all(isinstance(v, numbers.Integral) and not _is_bool(v) for v in labels):
+            return "int"
+        if all(isinstance(v, numbers.Real) for v in labels):
+            return "float"
+        return "other"
+
+    def chunks(self, chunk_size: int = 256) -> Iterator[Chunk]:
+        """Yield the stream in chunks of at most ``chunk_size`` steps (read-only views)."""
+        chunk_size = _check_int(chunk_size, "chunk_size", "RiverSynthStream.chunks", 1)
+        for t0 in range(0, self.n_steps, chunk_size):
+            t1 = min(t0 + chunk_size, self.n_steps)
+            yield Chunk(t0=t0, X=self._X[t0:t1], y=self._y[t0:t1])

@@ -1,0 +1,692 @@
+"""Real tables replayed as federated streams.
+
+A table (a :class:`pandas.DataFrame`, a CSV/Parquet file or one of the small
+datasets bundled inside River's wheel) is put in stream order, split over
+``M`` clients and cut into mini-batches of ``b`` rows: step ``k`` of client
+``m`` is that client's ``k``-th block of ``b`` rows. Replaying a table is the
+usual way to benchmark online learners on real data (prequential,
+test-then-train evaluation); FedSEA's adversary here is simply the order of
+the data, plus whatever drift :mod:`streamfl.generators.inject` or
+``prior_shift`` adds on top.
+
+Everything is computed once in :class:`TableStream`'s constructor; iterating
+only slices the precomputed arrays, so replays are identical.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+import os
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+
+from streamfl.generators.base import Chunk, Stream
+
+__all__ = ["river_dataset_names", "load_river_dataset", "load_table_file", "TableStream"]
+
+_TASKS = ("least_squares", "logistic", "softmax")
+_SPLITS = ("contiguous", "dirichlet", "column")
+
+#: Target names of River's bundled datasets (River only names them inside
+#: ``__iter__``); datasets not listed here get a label column called "target".
+_RIVER_LABELS = {
+    "AirlinePassengers": "passengers",
+    "Bananas": "label",
+    "ChickWeights": "weight",
+    "ImageSegments": "category",
+    "Phishing": "is_phishing",
+    "SP500Stocks": "next_day_return",
+    "Shuttle": "anomaly",
+    "TrumpApproval": "five_thirty_eight",
+    "WaterFlow": "Water flow [l/s]",
+}
+
+
+# --------------------------------------------------------------------------- #
+# Parameter validation (shared with inject.py and river_synth.py)
+# --------------------------------------------------------------------------- #
+
+
+def _param_error(name: str, owner: str, what: str, value) -> ValueError:
+    return ValueError(f"The '{name}' parameter of {owner} must be {what}. Got {value!r} instead.")
+
+
+def _check_int(value, name: str, owner: str, low: int | None = None, what: str | None = None) -> int:
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+    if ok and low is not None:
+        ok = value >= low
+    if not ok:
+        raise _param_error(name, owner, what or (f"an int >= {low}" if low is not None else "an int"), value)
+    return int(value)
+
+
+def _check_float(
+    value, name: str, owner: str, *, gt: float | None = None, ge: float | None = None, le: float | None = None,
+    what: str | None = None,
+) -> float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)
+    if ok and gt is not None:
+        ok = value > gt
+    if ok and ge is not None:
+        ok = value >= ge
+    if ok and le is not None:
+        ok = value <= le
+    if not ok:
+        if what is None:
+            bounds = [f"> {gt:g}" if gt is not None else None, f">= {ge:g}" if ge is not None else None,
+                      f"<= {le:g}" if le is not None else None]
+            bounds = [b for b in bounds if b]
+            what = "a float" + (" " + " and ".join(bounds) if bounds else "")
+        raise _param_error(name, owner, what, value)
+    return float(value)
+
+
+def _check_bool(value, name: str, owner: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise _param_error(name, owner, "a bool", value)
+    return bool(value)
+
+
+def _check_choice(value, name: str, owner: str, choices: Sequence[str], allow_none: bool = False):
+    if (value is None and allow_none) or (isinstance(value, str) and value in choices):
+        return value
+    what = "one of " + ", ".join(repr(c) for c in choices) + (" or None" if allow_none else "")
+    raise _param_error(name, owner, what, value)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+# --------------------------------------------------------------------------- #
+# Loading tables
+# --------------------------------------------------------------------------- #
+
+
+@functools.lru_cache(maxsize=1)
+def _river_bundled() -> dict[str, type]:
+    from river import datasets
+    from river.datasets import base
+
+    single_output = {base.REG, base.BINARY_CLF, base.MULTI_CLF}
+    found = {}
+    for name in datasets.__all__:
+        cls = getattr(datasets, name, None)
+        if not (isinstance(cls, type) and issubclass(cls, base.FileDataset)) or issubclass(cls, base.RemoteDataset):
+            continue
+        try:
+            ds = cls()
+        except Exception:  # pragma: no cover - a dataset needing arguments
+            continue
+        if ds.task in single_output and os.path.isfile(ds.path):
+            found[name] = cls
+    return dict(sorted(found.items()))
+
+
+def river_dataset_names() -> list[str]:
+    """Names of the single-target River datasets whose data ship inside River's wheel.
+
+    These load offline (no download). They are found by inspecting
+    :mod:`river.datasets`: subclasses of ``FileDataset`` that are not
+    ``RemoteDataset`` and whose file exists in the installed package.
+    Multi-output datasets (``SolarFlare``, ``Yeast``) are left out because the
+    engine learns a single target.
+
+    Returns
+    -------
+    list of str
+        Sorted class names of :mod:`river.datasets`.
+
+    Examples
+    --------
+    >>> names = river_dataset_names()
+    >>> "Phishing" in names, "Elec2" in names
+    (True, False)
+    """
+    return list(_river_bundled())
+
+
+@functools.lru_cache(maxsize=16)
+def _load_river(name: str) -> tuple[pd.DataFrame, str]:
+    from river.datasets import base
+
+    cls = _river_bundled()[name]
+    ds = cls()
+    label = _RIVER_LABELS.get(name, "target")
+    xs, ys = [], []
+    for x, y in ds:
+        xs.append(x)
+        ys.append(y)
+    table = pd.DataFrame.from_records(xs)
+    table.columns = [str(c) for c in table.columns]
+    if label in table.columns:  # pragma: no cover - defensive
+        raise RuntimeError(f"River dataset {name} already has a column named {label!r}.")
+    for col in table.columns:
+        if table[col].dtype == object and len(table) and hasattr(table[col].iloc[0], "tzinfo"):
+            # Datetimes with mixed UTC offsets (e.g. WaterFlow across DST) come back as objects.
+            table[col] = pd.to_datetime(table[col], utc=True)
+    target = pd.Series(ys, name=label)
+    if ds.task == base.REG:
+        target = target.astype(np.float64)
+    table[label] = target.to_numpy()
+    return table, label
+
+
+def load_river_dataset(name: str) -> tuple[pd.DataFrame, str]:
+    """Load one of River's bundled datasets as a table, in River's own order.
+
+    Parameters
+    ----------
+    name : str
+        One of :func:`river_dataset_names` (matched case-insensitively).
+
+    Returns
+    -------
+    table : DataFrame
+        One row per sample, feature columns as River names them (converted to
+        ``str``) plus the label column. Regression labels are float64; date
+        features are ``datetime64`` columns.
+    label : str
+        Name of the label column.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not a bundled dataset.
+
+    Examples
+    --------
+    >>> table, label = load_river_dataset("Phishing")
+    >>> table.shape, label
+    ((1250, 10), 'is_phishing')
+    """
+    names = river_dataset_names()
+    matches = [n for n in names if isinstance(name, str) and n.lower() == name.lower()]
+    if not matches:
+        raise ValueError(f"Unknown River dataset {name!r}; the bundled ones are: {', '.join(names)}.")
+    table, label = _load_river(matches[0])
+    return table.copy(), label
+
+
+def load_table_file(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a table from a CSV (``.csv``, ``.csv.gz``) or Parquet (``.parquet``, ``.pq``) file.
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    DataFrame
+
+    Raises
+    ------
+    FileNotFoundError
+        If the file does not exist.
+    ValueError
+        If the suffix is not one of the above or the file cannot be parsed.
+
+    Examples
+    --------
+    >>> load_table_file("data.xlsx")
+    Traceback (most recent call last):
+    ...
+    ValueError: Unsupported table file 'data.xlsx'; use a .csv, .csv.gz, .parquet or .pq file.
+    """
+    p = Path(path)
+    name = p.name.lower()
+    if name.endswith((".csv", ".csv.gz")):
+        kind = "CSV"
+    elif name.endswith((".parquet", ".pq")):
+        kind = "Parquet"
+    else:
+        raise ValueError(f"Unsupported table file {str(path)!r}; use a .csv, .csv.gz, .parquet or .pq file.")
+    if not p.is_file():
+        raise FileNotFoundError(f"Table file {str(path)!r} does not exist.")
+    try:
+        return pd.read_csv(p) if kind == "CSV" else pd.read_parquet(p)
+    except Exception as err:  # parse errors come in many types
+        raise ValueError(f"Could not read {str(path)!r} as {kind}: {err}") from err
+
+
+# --------------------------------------------------------------------------- #
+# TableStream
+# --------------------------------------------------------------------------- #
+
+
+def _columns_hint(columns) -> str:
+    cols = list(columns)
+    shown = ", ".join(repr(c) for c in cols[:20])
+    return shown + (f", ... ({len(cols) - 20} more)" if len(cols) > 20 else "")
+
+
+def _sorted_values(values) -> list:
+    uniq = list(dict.fromkeys(values))
+    try:
+        return sorted(uniq)
+    except TypeError:
+        return sorted(uniq, key=str)
+
+
+def _encode_column(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """Column → (n, k) float array and the k feature names."""
+    name = str(col.name)
+    if pd.api.types.is_bool_dtype(col):
+        return col.to_numpy(dtype=np.float64)[:, None], [name]
+    if pd.api.types.is_datetime64_any_dtype(col) or pd.api.types.is_timedelta64_dtype(col):
+        days = (col - col.min()) / pd.Timedelta(days=1)
+        return days.to_numpy(dtype=np.float64)[:, None], [name]
+    if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_complex_dtype(col):
+        values = col.to_numpy(dtype=np.float64)
+        n_inf = int(np.isinf(values).sum())
+        if n_inf:
+            raise ValueError(f"Column {name!r} has {n_inf} infinite values; drop or clip them before streaming.")
+        return values[:, None], [name]
+    categories = _sorted_values(col.tolist())
+    codes = pd.Categorical(col, categories=categories).codes
+    return np.eye(len(categories))[codes], [f"{name}={c}" for c in categories]
+
+
+class TableStream(Stream):
+    """A table replayed as a federated stream of mini-batches.
+
+    Rows are put in stream order (by ``time_column`` if given, else table
+    order), split over clients, and each client's rows are cut, in stream
+    order, into mini-batches of ``batch_size`` rows: step ``k`` of client
+    ``m`` is its ``k``-th batch.
+
+    Parameters
+    ----------
+    table : DataFrame
+        The data, at most a few hundred thousand rows (the full arrays are
+        materialised in memory).
+    label : str
+        The label column.
+    features : list of str or None
+        Feature columns. ``None`` takes every numeric, boolean or datetime
+        column other than the label, client and time columns; other columns
+        are skipped and listed in ``ignored_columns_``. Named features may be
+        of any type: booleans become 0/1, datetimes become days since the
+        column's earliest value, and non-numeric columns (strings,
+        categories) are one-hot encoded over their sorted values (one column
+        ``"name=value"`` per value).
+    n_clients : int
+        M ≥ 1 for the "contiguous" and "dirichlet" splits; ignored by "column".
+    split : {"contiguous", "dirichlet", "column"}
+        * "contiguous": M contiguous blocks of the ordered stream with sizes
+          differing by at most one (earlier clients get the extra rows, as in
+          :func:`numpy.array_split`).
+        * "dirichlet": label skew (Hsu et al., 2019). For each class c the
+          rows of c are shuffled and dealt to clients in proportions
+          p_c ~ Dir(α·1_M). Regression labels are first binned into 10
+          quantile bins. Small α gives single-class clients, large α gives
+          every client the global class mix. Some clients may get no rows.
+        * "column": natural clients, one per distinct value of
+          ``client_column``, ordered by sorted value (``client_ids_``).
+    client_column : str or None
+        Client-id column for ``split="column"``. Never used as a feature.
+    alpha : float
+        α > 0, Dirichlet concentration (``split="dirichlet"`` only).
+    time_column : str or None
+        Column to order rows by (stable sort, so ties keep table order).
+        Never used as a feature.
+    batch_size : int
+        b ≥ 1 rows per client per step.
+    seed : int
+        ≥ 0. Seeds the Dirichlet split and the ``prior_shift`` resampling.
+    task : {"least_squares", "logistic", "softmax"} or None
+        ``None`` infers it from the label: a numeric (non-boolean) label with
+        more than 10 distinct values is "least_squares"; otherwise the label
+        is a class, with 2 classes "logistic" and more "softmax".
+    standardize : bool
+        Z-score every encoded feature with the mean and standard deviation
+        (ddof=0) of the **whole table** — a look-ahead that is standard in
+        replay benchmarks; constant columns get standard deviation 1.
+    intercept : bool
+        Append a constant-1 column as the last feature (``has_intercept``).
+    max_steps : int or None
+        Cap on T.
+    prior_shift : dict or None
+        Semi-synthetic class-prior drift, classification only:
+        ``{"start": s, "class_weights": {class: w, ...}}`` with s in [0, 1]
+        and weights w ≥ 0 (classes not listed keep weight 1; classes may be
+        given as their string form, e.g. ``"1"`` for ``1``). From position
+        ``floor(s · n_m)`` of each client's row sequence on, that client's
+        rows are replaced by draws with replacement from those same rows,
+        each drawn with probability ∝ the weight of its class, so the class
+        proportions become proportional to (original proportion × weight).
+        Draws are put back in stream order and the client's length is
+        unchanged. A client whose remaining rows all have weight 0 is left
+        as is.
+
+    Attributes
+    ----------
+    n_clients, n_features, batch_size, n_steps, task, n_classes
+        See :class:`~streamfl.generators.base.Stream`.
+    has_intercept : bool
+    classes_ : ndarray or None
+        Original class values, sorted; class ``k`` is encoded as label ``k``
+        (for logistic, ``classes_[1]`` is label 1). ``None`` for regression.
+    feature_names_ : list of str
+        Names of the d features (``"intercept"`` last if added).
+    ignored_columns_ : list of str
+        Non-numeric columns skipped because ``features=None``.
+    client_ids_ : ndarray
+        Client ids (sorted values of ``client_column``), or ``arange(M)``.
+    client_rows_ : list of ndarray
+        Per client, the positions (in the time-ordered table) of its rows in
+        stream order, after ``prior_shift``, before batching.
+    n_dropped_ : int
+        Rows lost because a client's last batch was incomplete (fewer than b
+        rows): only full batches are streamed. Always 0 when b = 1.
+    n_truncated_ : int
+        Rows beyond ``max_steps``.
+    mean_, scale_ : ndarray of shape (d_raw,)
+        Standardisation statistics (zeros / ones when ``standardize=False``).
+
+    Notes
+    -----
+    T = max_m floor(n_m / b), the longest client's number of full batches
+    (capped by ``max_steps``), where n_m is client m's number of rows.
+    A client whose batches have run out is masked ``False`` at later steps and
+    its X, y there are zeros; ``mask`` is ``None`` when every client is
+    present at every step.
+
+    Raises
+    ------
+    ValueError
+        For invalid parameters, unknown columns, missing or infinite values,
+        a single-class label, or a table too short for one batch.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> table = pd.DataFrame({"x": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], "y": [0, 1, 0, 1, 1, 0]})
+    >>> stream = TableStream(table, label="y", n_clients=2, standardize=False)
+    >>> stream.task, stream.n_steps, stream.n_features, stream.feature_names_
+    ('logistic', 3, 2, ['x', 'intercept'])
+    >>> chunk = next(stream.chunks())
+    >>> chunk.X[0, :, 0]  # step 0: client 0 sees row 0, client 1 sees row 3
+    array([[0., 1.],
+           [3., 1.]])
+    >>> chunk.y[:, 1, 0]  # client 1's labels
+    array([1., 1., 0.])
+    """
+
+    def __init__(
+        self,
+        table: pd.DataFrame,
+        *,
+        label: str,
+        features: Sequence[str] | None = None,
+        n_clients: int = 8,
+        split: str = "contiguous",
+        client_column: str | None = None,
+        alpha: float = 0.5,
+        time_column: str | None = None,
+        batch_size: int = 1,
+        seed: int = 0,
+        task: str | None = None,
+        standardize: bool = True,
+        intercept: bool = True,
+        max_steps: int | None = None,
+        prior_shift: dict | None = None,
+    ):
+        owner = "TableStream"
+        if not isinstance(table, pd.DataFrame):
+            raise _param_error("table", owner, "a pandas DataFrame", type(table).__name__)
+        n_clients = _check_int(n_clients, "n_clients", owner, 1)
+        split = _check_choice(split, "split", owner, _SPLITS)
+        alpha = _check_float(alpha, "alpha", owner, gt=0)
+        batch_size = _check_int(batch_size, "batch_size", owner, 1)
+        seed = _check_int(seed, "seed", owner, 0)
+        task = _check_choice(task, "task", owner, _TASKS, allow_none=True)
+        standardize = _check_bool(standardize, "standardize", owner)
+        intercept = _check_bool(intercept, "intercept", owner)
+        if max_steps is not None:
+            max_steps = _check_int(max_steps, "max_steps", owner, 1, "an int >= 1 or None")
+        if prior_shift is not None and not isinstance(prior_shift, dict):
+            raise _param_error("prior_shift", owner, "a dict with keys 'start' and 'class_weights', or None",
+                               prior_shift)
+
+        # ---- columns ---------------------------------------------------------
+        def need(col, role):
+            try:
+                known = col in table.columns
+            except TypeError:  # unhashable
+                known = False
+            if not known:
+                raise ValueError(
+                    f"Unknown {role} column {col!r}; the table has columns {_columns_hint(table.columns)}."
+                )
+
+        need(label, "label")
+        if split == "column" and client_column is None:
+            raise ValueError("split='column' needs client_column, the name of the column holding client ids.")
+        if client_column is not None:
+            need(client_column, "client")
+        if time_column is not None:
+            need(time_column, "time")
+        reserved = {label, client_column, time_column} - {None}
+        if features is None:
+            features, ignored = [], []
+            for col in table.columns:
+                if col in reserved:
+                    continue
+                s = table[col]
+                if (pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_complex_dtype(s)) or \
+                        pd.api.types.is_datetime64_any_dtype(s) or pd.api.types.is_timedelta64_dtype(s):
+                    features.append(col)
+                else:
+                    ignored.append(str(col))
+            if not features:
+                raise ValueError(
+                    f"The table has no numeric feature columns besides {sorted(reserved)}; "
+                    f"pass features=[...] to choose some (non-numeric ones are one-hot encoded)."
+                )
+        else:
+            if isinstance(features, str) or not hasattr(features, "__iter__") or len(list(features)) == 0:
+                raise _param_error("features", owner, "a non-empty list of column names or None", features)
+            features = list(features)
+            ignored = []
+            for col in features:
+                need(col, "feature")
+                if col in reserved:
+                    raise ValueError(f"Column {col!r} is the label, client or time column and cannot be a feature.")
+            if len(set(features)) != len(features):
+                raise ValueError(f"The feature list {features!r} names a column more than once.")
+        used = list(dict.fromkeys([*features, label, *(c for c in (client_column, time_column) if c)]))
+        for col in used:
+            n_na = int(table[col].isna().sum())
+            if n_na:
+                raise ValueError(f"Column {col!r} has {n_na} missing values; drop or impute them before streaming.")
+
+        # ---- stream order ----------------------------------------------------
+        data = table[used]
+        if time_column is not None:
+            data = data.sort_values(time_column, kind="stable")
+        data = data.reset_index(drop=True)
+        n_rows = len(data)
+        if n_rows == 0:
+            raise ValueError("The table has no rows.")
+
+        # ---- features --------------------------------------------------------
+        blocks, names = [], []
+        for col in features:
+            block, block_names = _encode_column(data[col])
+            blocks.append(block)
+            names.extend(block_names)
+        Xraw = np.concatenate(blocks, axis=1)
+        if standardize:
+            mean = Xraw.mean(axis=0)
+            scale = Xraw.std(axis=0)
+            scale[~(scale > 0)] = 1.0
+            Xraw = (Xraw - mean) / scale
+        else:
+            mean, scale = np.zeros(Xraw.shape[1]), np.ones(Xraw.shape[1])
+        if intercept:
+            Xraw = np.concatenate([Xraw, np.ones((n_rows, 1))], axis=1)
+            names.append("intercept")
+
+        # ---- label -----------------------------------------------------------
+        ycol = data[label]
+        is_bool = pd.api.types.is_bool_dtype(ycol)
+        is_num = pd.api.types.is_numeric_dtype(ycol) and not is_bool and not pd.api.types.is_complex_dtype(ycol)
+        if task is None:
+            task = "least_squares" if is_num and ycol.nunique() > 10 else "classification"
+        if task == "least_squares":
+            if not (is_num or is_bool):
+                raise ValueError(f"Label column {label!r} is not numeric, so it cannot be used with task='least_squares'.")
+            yall = ycol.to_numpy(dtype=np.float64)
+            if not np.isfinite(yall).all():
+                raise ValueError(f"Label column {label!r} has {int((~np.isfinite(yall)).sum())} infinite values.")
+            classes, n_classes = None, 1
+        else:
+            classes = _sorted_values(ycol.tolist())
+            K = len(classes)
+            if K < 2:
+                raise ValueError(f"Label column {label!r} has a single class ({classes[0]!r}); a classifier needs two or more.")
+            if task == "classification":
+                task = "logistic" if K == 2 else "softmax"
+            elif task == "logistic" and K != 2:
+                raise ValueError(f"task='logistic' needs 2 classes but label column {label!r} has {K}.")
+            yall = pd.Categorical(ycol, categories=classes).codes.astype(np.float64)
+            n_classes = K if task == "softmax" else 1
+            classes = np.asarray(classes)
+
+        # ---- split -----------------------------------------------------------
+        rng_split = np.random.default_rng([seed, 0])
+        positions = np.arange(n_rows)
+        if split == "contiguous":
+            client_rows = np.array_split(positions, n_clients)
+            client_ids = np.arange(n_clients)
+        elif split == "column":
+            ids = _sorted_values(data[client_column].tolist())
+            codes = pd.Categorical(data[client_column], categories=ids).codes
+            order = np.argsort(codes, kind="stable")
+            client_rows = np.split(order, np.cumsum(np.bincount(codes, minlength=len(ids)))[:-1])
+            client_ids = np.asarray(ids)
+            n_clients = len(ids)
+        else:
+            if task == "least_squares":
+                strata = pd.qcut(yall, q=10, labels=False, duplicates="drop").astype(np.int64)
+            else:
+                strata = yall.astype(np.int64)
+            parts: list[list[np.ndarray]] = [[] for _ in range(n_clients)]
+            for c in np.unique(strata):
+                idx = positions[strata == c]
+                rng_split.shuffle(idx)
+                p = rng_split.dirichlet(np.full(n_clients, alpha))
+                cuts = (np.cumsum(p) * len(idx)).astype(np.int64)[:-1]
+                for m, part in enumerate(np.split(idx, cuts)):
+                    parts[m].append(part)
+            client_rows = [np.sort(np.concatenate(p)) for p in parts]
+            client_ids = np.arange(n_clients)
+
+        # ---- prior shift -----------------------------------------------------
+        if prior_shift is not None:
+            client_rows = self._prior_shift(prior_shift, client_rows, yall, classes, task, seed)
+
+        # ---- batching --------------------------------------------------------
+        b = batch_size
+        lengths = np.array([len(r) for r in client_rows])
+        full = lengths // b
+        T = int(full.max())
+        n_dropped = int((lengths - full * b).sum())
+        if max_steps is not None and max_steps < T:
+            T = max_steps
+        if T == 0:
+            raise ValueError(f"No client has a full batch of {b} rows; lower batch_size or use fewer clients.")
+        steps = np.minimum(full, T)
+        n_truncated = int(((full - steps) * b).sum())
+        M = n_clients
+        index = np.zeros((T, M, b), dtype=np.int64)
+        mask = np.zeros((T, M), dtype=bool)
+        for m, rows in enumerate(client_rows):
+            k = int(steps[m])
+            index[:k, m] = rows[: k * b].reshape(k, b)
+            mask[:k, m] = True
+        X = Xraw[index]
+        y = yall[index]
+        X[~mask] = 0.0
+        y[~mask] = 0.0
+
+        # ---- attributes ------------------------------------------------------
+        self.n_clients = M
+        self.n_features = Xraw.shape[1]
+        self.batch_size = b
+        self.n_steps = T
+        self.task = task
+        self.n_classes = n_classes
+        self.has_intercept = intercept
+        self.classes_ = classes
+        self.feature_names_ = names
+        self.ignored_columns_ = ignored
+        self.client_ids_ = client_ids
+        self.client_rows_ = client_rows
+        self.n_dropped_ = n_dropped
+        self.n_truncated_ = n_truncated
+        self.mean_, self.scale_ = mean, scale
+        self._X = _frozen(X)
+        self._y = _frozen(y)
+        self._mask = None if mask.all() else _frozen(mask)
+
+    @staticmethod
+    def _prior_shift(spec, client_rows, yall, classes, task, seed):
+        owner = "TableStream"
+        what = "a dict {'start': float in [0, 1], 'class_weights': {class: weight >= 0}}"
+        if task == "least_squares":
+            raise ValueError("prior_shift needs a classification task; the label here is a regression target.")
+        if set(spec) != {"start", "class_weights"}:
+            raise _param_error("prior_shift", owner, what, spec)
+        start = _check_float(spec["start"], "start", "prior_shift", ge=0, le=1)
+        weights_in = spec["class_weights"]
+        if not isinstance(weights_in, dict) or not weights_in:
+            raise _param_error("prior_shift", owner, what, spec)
+        lookup = {c: k for k, c in enumerate(classes.tolist())}
+        by_str = {str(c): k for k, c in enumerate(classes.tolist())}
+        weights = np.ones(len(classes))
+        for c, w in weights_in.items():
+            k = lookup.get(c, by_str.get(str(c)))
+            if k is None:
+                raise ValueError(
+                    f"prior_shift names class {c!r}, which is not in the label; the classes are "
+                    f"{', '.join(repr(v) for v in classes.tolist())}."
+                )
+            weights[k] = _check_float(w, f"class_weights[{c!r}]", "prior_shift", ge=0)
+        rng = np.random.default_rng([seed, 1])
+        out = []
+        for rows in client_rows:
+            k0 = int(math.floor(start * len(rows)))
+            tail = rows[k0:]
+            w = weights[yall[tail].astype(np.int64)]
+            if len(tail) == 0 or w.sum() == 0:
+                out.append(rows)
+                continue
+            draws = np.sort(rng.choice(tail, size=len(tail), replace=True, p=w / w.sum()))
+            out.append(np.concatenate([rows[:k0], draws]))
+        return out
+
+    def chunks(self, chunk_size: int = 256) -> Iterator[Chunk]:
+        """Yield the stream in chunks of at most ``chunk_size`` steps (read-only views).
+
+        Raises
+        ------
+        ValueError
+            If ``chunk_size`` is not an int ≥ 1.
+        """
+        chunk_size = _check_int(chunk_size, "chunk_size", "TableStream.chunks", 1)
+        for t0 in range(0, self.n_steps, chunk_size):
+            t1 = min(t0 + chunk_size, self.n_steps)
+            yield Chunk(
+                t0=t0,
+                X=self._X[t0:t1],
+                y=self._y[t0:t1],
+                mask=None if self._mask is None else self._mask[t0:t1],
+            )

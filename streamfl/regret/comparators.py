@@ -1,0 +1,237 @@
+"""Hindsight comparators: min over a fixed model of the cumulative loss.
+
+* :class:`LeastSquaresHindsight` — exact at every step for the squared loss,
+  from running sufficient statistics (A = Σ c a aᵀ/b, v = Σ c a y/b,
+  e = Σ c y²/b); memory O(G d²), constant in T.
+* :class:`ReservoirHindsight` — the live estimate for the logistic and softmax
+  losses: a weighted reservoir of R samples (Efraimidis & Spirakis, 2006) on
+  which the comparator model is refitted; the cumulative comparator loss is
+  estimated as (Σ weights so far) × (reservoir mean loss of the refitted
+  model). Fitting and evaluating on the same reservoir makes the estimate
+  optimistic (a slightly too small comparator loss, so a slightly too large
+  regret); the exact value comes from :func:`solve_hindsight` at the end.
+* :func:`solve_hindsight` — the exact comparator on a recorded stream, by a
+  convex solver (L-BFGS; SLSQP for the L2-ball constraint).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.special import expit, softmax
+
+from ..models.losses import get_loss
+
+
+def quadratic_min(A: np.ndarray, v: np.ndarray, e: np.ndarray, radius: float | None = None) -> np.ndarray:
+    """min_{‖x‖ ≤ radius} ½ xᵀAx − vᵀx + ½ e, batched.
+
+    Parameters
+    ----------
+    A : ndarray (..., d, d), symmetric positive semi-definite
+    v : ndarray (..., d), in the range of A
+    e : ndarray (...)
+    radius : float or None
+        The L2-ball radius D; ``None`` for no constraint. On the boundary the
+        multiplier ν solving ‖(A + νI)⁻¹v‖ = D is found by bisection.
+
+    Returns
+    -------
+    ndarray (...)
+        The minimum value (for least squares: the comparator's cumulative loss).
+    """
+    lam, Q = np.linalg.eigh(A)
+    vt = np.einsum("...dk,...d->...k", Q, v)
+    tol = 1e-10 * np.maximum(lam[..., -1:], 1e-300)
+    keep = lam > tol
+    safe = np.where(keep, lam, 1.0)
+    xt = np.where(keep, vt / safe, 0.0)
+    value = 0.5 * e - 0.5 * np.sum(xt * vt, axis=-1)
+    if radius is None:
+        return value
+    outside = np.sum(xt**2, axis=-1) > radius**2
+    if not np.any(outside):
+        return value
+    lo_, vt_, keep_ = lam[outside], vt[outside], keep[outside]
+    lo = np.zeros(lo_.shape[0])
+    hi = np.sqrt(np.sum(vt_**2, axis=-1)) / radius + 1.0
+    for _ in range(200):
+        nu = 0.5 * (lo + hi)
+        xn = np.where(keep_, vt_ / (lo_ + nu[:, None]), 0.0)
+        big = np.sum(xn**2, axis=-1) > radius**2
+        lo, hi = np.where(big, nu, lo), np.where(big, hi, nu)
+    xn = np.where(keep_, vt_ / (lo_ + hi[:, None]), 0.0)
+    value = value.copy()
+    value[outside] = 0.5 * np.sum(lo_ * xn**2, axis=-1) - np.sum(vt_ * xn, axis=-1) + 0.5 * e[outside]
+    return value
+
+
+class LeastSquaresHindsight:
+    """Exact best-fixed-model comparator for the squared loss, at every step.
+
+    Tracks G groups at once (group 0: the network with weights c_{t,m};
+    groups 1..M: each client alone with weight 1 per step it is present).
+
+    Parameters
+    ----------
+    n_clients, n_features : int
+    radius : float or None
+        Comparator set X = {‖x‖ ≤ radius}.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> h = LeastSquaresHindsight(1, 1)
+    >>> X = np.array([1.0, 1.0]).reshape(2, 1, 1, 1); y = np.array([1.0, 3.0]).reshape(2, 1, 1)
+    >>> net, clients = h.update(X, y, np.ones((2, 1)), np.ones((2, 1), bool))
+    >>> net            # best fixed x is 2: ½(1-2)² + ½(3-2)² = 1 after step 2
+    array([0., 1.])
+    """
+
+    def __init__(self, n_clients: int, n_features: int, radius: float | None = None):
+        G, d = n_clients + 1, n_features
+        self.radius = radius
+        self.A = np.zeros((G, d, d))
+        self.v = np.zeros((G, d))
+        self.e = np.zeros(G)
+
+    def update(self, X, y, c, present):
+        """Absorb a chunk; return the comparator loss after each step.
+
+        Parameters
+        ----------
+        X : (n, M, b, d); y : (n, M, b); c : (n, M) network weights;
+        present : (n, M) bool.
+
+        Returns
+        -------
+        network : ndarray (n,)
+        clients : ndarray (n, M)
+        """
+        b = X.shape[2]
+        w = np.concatenate([c[:, None, :], np.eye(c.shape[1])[None] * present[:, None, :]], axis=1) / b
+        # w: (n, G, M) — weight of client m's samples in group g.
+        A = np.einsum("ngm,nmbd,nmbe->ngde", w, X, X)
+        v = np.einsum("ngm,nmbd,nmb->ngd", w, X, y)
+        e = np.einsum("ngm,nmb->ng", w, y * y)
+        A = self.A + np.cumsum(A, axis=0)
+        v = self.v + np.cumsum(v, axis=0)
+        e = self.e + np.cumsum(e, axis=0)
+        self.A, self.v, self.e = A[-1].copy(), v[-1].copy(), e[-1].copy()
+        value = quadratic_min(A, v, e, self.radius)
+        return value[:, 0], value[:, 1:]
+
+
+def weighted_loss_and_grad(task: str, theta: np.ndarray, shape, X: np.ndarray, y: np.ndarray, w: np.ndarray):
+    """Σ_i w_i f(θ, x_i, y_i) and its gradient, for a flat parameter vector.
+
+    X : (N, d); y : (N,); w : (N,); shape : (d, K).
+    """
+    loss_fn = get_loss(task)
+    W = theta.reshape(shape)[None]
+    loss, _ = loss_fn(W, X[None], y[None], with_grad=False)
+    scores = X @ W[0]
+    if task == "least_squares":
+        r = (scores[:, 0] - y) * w
+        grad = (X.T @ r)[:, None]
+    elif task == "logistic":
+        grad = (X.T @ ((expit(scores[:, 0]) - y) * w))[:, None]
+    else:
+        p = softmax(scores, axis=1)
+        p[np.arange(len(y)), y.astype(np.int64)] -= 1.0
+        grad = X.T @ (p * w[:, None])
+    return float(np.dot(w, loss[0])), grad.ravel()
+
+
+def solve_hindsight(task: str, blocks, shape, radius: float | None = None, x0: np.ndarray | None = None):
+    """Exact min_{x ∈ X} Σ_i w_i f(x, ξ_i) over a recorded stream.
+
+    Parameters
+    ----------
+    task : str
+    blocks : callable returning an iterable of (X (N, d), y (N,), w (N,))
+        Called once per objective evaluation, so the stream may live on disk.
+    shape : tuple (d, K)
+    radius : float or None
+    x0 : ndarray (d*K,) or None — warm start.
+
+    Returns
+    -------
+    x : ndarray (d*K,)
+    value : float
+
+    Raises
+    ------
+    RuntimeError
+        If the solver fails to converge.
+    """
+
+    def fun(theta):
+        total, grad = 0.0, np.zeros_like(theta)
+        for X, y, w in blocks():
+            f, g = weighted_loss_and_grad(task, theta, shape, X, y, w)
+            total += f
+            grad += g
+        return total, grad
+
+    theta0 = np.zeros(int(np.prod(shape))) if x0 is None else x0
+    res = minimize(fun, theta0, jac=True, method="L-BFGS-B", options={"maxiter": 2000, "gtol": 1e-10, "ftol": 1e-15})
+    x, value = res.x, float(res.fun)
+    if radius is not None and np.linalg.norm(x) > radius:
+        x0c = x * (radius / np.linalg.norm(x))
+        res = minimize(fun, x0c, jac=True, method="SLSQP",
+                       constraints=[{"type": "ineq", "fun": lambda th: radius**2 - th @ th, "jac": lambda th: -2 * th}],
+                       options={"maxiter": 1000, "ftol": 1e-14})
+        x, value = res.x, float(res.fun)
+    if not np.isfinite(value):
+        raise RuntimeError(f"The hindsight comparator solver failed: {res.message}")
+    return x, value
+
+
+class ReservoirHindsight:
+    """Live estimate of the hindsight comparator for non-quadratic losses.
+
+    Parameters
+    ----------
+    task : {"logistic", "softmax"}
+    shape : tuple (d, K)
+    size : int
+        R, the reservoir size (samples kept; memory O(R d)).
+    radius : float or None
+    seed : int
+    """
+
+    def __init__(self, task: str, shape, size: int = 4096, radius: float | None = None, seed: int = 0):
+        self.task, self.shape, self.size, self.radius = task, shape, size, radius
+        self.rng = np.random.default_rng(seed)
+        d = shape[0]
+        self.X = np.empty((0, d))
+        self.y = np.empty(0)
+        self.keys = np.empty(0)
+        self.theta = np.zeros(int(np.prod(shape)))
+        self.mean_loss = np.nan
+        self.total_weight = 0.0
+
+    def update(self, X, y, c):
+        """Absorb a chunk (X (n,M,b,d), y (n,M,b), c (n,M)); return the estimated
+        comparator loss after each step, shape (n,), from the previous fit, then refit."""
+        n, M, b, d = X.shape
+        w = np.repeat((c / b)[..., None], b, axis=2).reshape(-1)
+        cum = self.total_weight + np.cumsum(c.sum(axis=1))
+        estimate = cum * self.mean_loss if np.isfinite(self.mean_loss) else np.full(n, np.nan)
+        self.total_weight = cum[-1]
+        keep = w > 0
+        keys = self.rng.random(w.shape)[keep] ** (1.0 / w[keep])
+        Xs, ys = X.reshape(-1, d)[keep], y.reshape(-1)[keep]
+        allk = np.concatenate([self.keys, keys])
+        top = np.argsort(-allk, kind="stable")[: self.size]
+        self.X = np.concatenate([self.X, Xs])[top]
+        self.y = np.concatenate([self.y, ys])[top]
+        self.keys = allk[top]
+        if len(self.y):
+            uw = np.full(len(self.y), 1.0 / len(self.y))
+            self.theta, self.mean_loss = solve_hindsight(
+                self.task, lambda: [(self.X, self.y, uw)], self.shape, self.radius, x0=self.theta)
+        if not np.isfinite(estimate).all():
+            estimate = np.where(np.isfinite(estimate), estimate, cum * self.mean_loss)
+        return estimate

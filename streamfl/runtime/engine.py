@@ -1,0 +1,54 @@
+"""The engine loop: where a sample enters and is handed to the learners.
+
+:func:`run_stream` pulls chunks from the stream (the sample *enters* here),
+gives each step's mini-batches to every learner (test-then-train, in
+:mod:`streamfl.runtime.learners`; the models are *averaged* by the
+:mod:`streamfl.aggregation` strategy every τ steps) and passes the chunk's
+losses and played models to the regret tracker (where the loss is
+*counted*, :mod:`streamfl.regret.tracker`).
+
+The only Python loop is over steps; each step is a few batched numpy
+operations over all M clients.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+
+def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256,
+               on_chunk: Callable | None = None) -> None:
+    """Run every learner over the stream, test-then-train, and track regret.
+
+    Parameters
+    ----------
+    stream : Stream
+    learners : dict name -> learner
+        Each has ``step(X (M,b,d), y (M,b), t, mask) -> (M,)`` and ``models``.
+    tracker : RegretTracker
+    main : str
+        The learner whose played models go to the tracker.
+    chunk_size : int
+        Steps per chunk (memory/latency trade-off; results do not depend on it).
+    on_chunk : callable(tracker) or None
+        Called after every chunk (live view, progress).
+    """
+    M = stream.n_clients
+    for chunk in stream.chunks(chunk_size):
+        n = chunk.n_steps
+        losses = {name: np.empty((n, M)) for name in learners}
+        played = np.empty((n,) + learners[main].models.shape)
+        for i in range(n):
+            t = chunk.t0 + i + 1
+            X, y = chunk.X[i], chunk.y[i]
+            mask = None if chunk.mask is None else chunk.mask[i]
+            played[i] = learners[main].models
+            for name, learner in learners.items():
+                losses[name][i] = learner.step(X, y, t, mask)
+            if stream.adaptive:
+                stream.observe(learners[main].models[..., 0])
+        tracker.update(chunk, losses, played)
+        if on_chunk is not None:
+            on_chunk(tracker)

@@ -1,0 +1,163 @@
+"""Build an experiment from its config and run it into a run folder.
+
+A run folder holds ``config.yaml`` (the resolved config), ``metrics.csv`` (or
+``.parquet``; one row per step, written chunk by chunk), ``summary.json`` and
+``plots/*.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from ..config import ExperimentConfig
+from ..generators import schedules as S
+from ..generators.synthetic import SyntheticStream
+from ..models import StackedLinear, StepSize
+from ..aggregation import FedAvg
+from ..regret import RegretTracker
+from .engine import run_stream
+from .learners import Centralized, Federated, RiverClients
+from .sink import MetricsSink
+
+MAIN = "fedsea"
+
+
+def build_stream(cfg: ExperimentConfig):
+    """The stream described by ``cfg.source`` (replayable, seeded by ``cfg.seed``).
+
+    Raises ValueError / FileNotFoundError for unknown datasets, columns or files.
+    """
+    src = cfg.source
+    b = cfg.learner.batch_size
+    if src.kind == "synthetic":
+        drift = []
+        for d in src.drift:
+            kw = d.model_dump(exclude={"kind"})
+            drift.append(S.SCHEDULES[d.kind](**kw))
+        return SyntheticStream(src.task, n_clients=src.clients, n_features=src.dim, n_steps=cfg.steps or 2000,
+                               batch_size=b, noise=src.noise, heterogeneity=src.heterogeneity, radius=src.radius,
+                               feature_scale=src.feature_scale, drift=drift, seed=cfg.seed)
+    if src.kind == "river_synth":
+        from ..generators.river_synth import RiverSynthStream
+        return RiverSynthStream(src.name, n_clients=src.clients, n_steps=cfg.steps or 1000, batch_size=b,
+                                seed=cfg.seed, params=src.params, shared_concept=src.shared_concept)
+    from ..generators import inject as I
+    from ..generators.tabular import TableStream, load_river_dataset, load_table_file
+    if src.kind == "river_dataset":
+        table, label = load_river_dataset(src.name)
+        label = src.label or label
+    else:
+        table, label = load_table_file(src.path), src.label
+    stream = TableStream(table, label=label, features=src.features, n_clients=src.clients, split=src.split.kind,
+                         client_column=src.split.column, alpha=src.split.alpha, time_column=src.time_column,
+                         batch_size=b, seed=cfg.seed, standardize=src.standardize, intercept=src.intercept,
+                         max_steps=cfg.steps,
+                         prior_shift=None if src.prior_shift is None else src.prior_shift.model_dump())
+    if src.inject:
+        makers = {"covariate_rotation": I.CovariateRotation, "covariate_scale": I.CovariateScale,
+                  "label_flip": I.LabelFlip}
+        injectors = []
+        for k, spec in enumerate(src.inject):
+            kw = spec.model_dump(exclude={"kind"})
+            if kw.get("end") is None and spec.kind != "label_flip":
+                kw["end"] = kw["start"]
+            injectors.append(makers[spec.kind](**kw, seed=cfg.seed + k))
+        stream = I.InjectedDrift(stream, injectors)
+    return stream
+
+
+def build_learners(cfg: ExperimentConfig, stream) -> dict:
+    """FedSEA plus the configured baselines, all on the same stream."""
+    lc = cfg.learner
+    eta = StepSize(lc.step_size.kind, lc.step_size.eta, lc.step_size.mu, lc.step_size.t0)
+    M, d, task, K = stream.n_clients, stream.n_features, stream.task, stream.n_classes
+
+    def clients():
+        return StackedLinear(M, d, task, eta, K, lc.radius)
+
+    learners = {MAIN: Federated(clients(), lc.tau, FedAvg(lc.weighting) if lc.tau else None)}
+    for name in cfg.baselines:
+        if name == "tau1":
+            learners[name] = Federated(clients(), 1, FedAvg(lc.weighting))
+        elif name == "local":
+            learners[name] = Federated(clients(), None)
+        elif name == "centralized":
+            learners[name] = Centralized(M, d, task, eta, K, lc.radius)
+        elif name == "river":
+            learners[name] = RiverClients(M, d, task, eta, K)
+    return learners
+
+
+def new_run_dir(cfg: ExperimentConfig, root: Path | None = None) -> Path:
+    root = Path(root or cfg.output.dir)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = root / f"{cfg.name}-{stamp}"
+    k = 1
+    while path.exists():
+        k += 1
+        path = root / f"{cfg.name}-{stamp}-{k}"
+    path.mkdir(parents=True)
+    return path
+
+
+def run_experiment(cfg: ExperimentConfig, run_dir: Path | None = None, on_chunk=None, plots: bool | None = None) -> dict:
+    """Run one experiment end to end; return the summary dict.
+
+    Parameters
+    ----------
+    cfg : ExperimentConfig
+    run_dir : Path or None
+        Where to write; a fresh ``<output.dir>/<name>-<timestamp>`` by default.
+    on_chunk : callable(tracker, stream) or None
+        Live-view hook, called after every chunk.
+    plots : bool or None
+        Override ``cfg.output.plots``.
+    """
+    run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    stream = build_stream(cfg)
+    learners = build_learners(cfg, stream)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
+    sink = MetricsSink(run_dir, cfg.output.format)
+    tracker = RegretTracker(stream, MAIN, list(learners), radius=cfg.learner.radius, sink=sink,
+                            spool_dir=str(run_dir / "spool"), reservoir_size=cfg.reservoir_size, seed=cfg.seed,
+                            client_columns=cfg.output.client_columns)
+    started = time.perf_counter()
+    hook = (lambda tr: on_chunk(tr, stream)) if on_chunk else None
+    run_stream(stream, learners, tracker, MAIN, cfg.chunk_size, hook)
+    elapsed = time.perf_counter() - started
+    sink.close()
+    summary = tracker.finalize()
+    summary.update({
+        "main": MAIN, "n_clients": stream.n_clients, "n_features": stream.n_features, "task": stream.task,
+        "n_steps": tracker.state.t, "tau": cfg.learner.tau, "rounds": learners[MAIN].rounds,
+        "elapsed_seconds": elapsed, "samples_per_second": tracker.state.samples / max(elapsed, 1e-9),
+        "config": json.loads(cfg.model_dump_json()), "run_dir": str(run_dir),
+        "metrics_file": sink.path.name,
+    })
+    summary["gaps"] = {name: summary["cum_loss"][MAIN] - v for name, v in summary["cum_loss"].items() if name != MAIN}
+    (run_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2))
+    if cfg.output.plots if plots is None else plots:
+        from ..report.plots import render_run
+        summary["plots"] = [str(p) for p in render_run(run_dir)]
+    return summary
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        return None if not np.isfinite(obj) else float(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj

@@ -1,0 +1,75 @@
+"""The live terminal view: progress plus cumulative loss and regret per comparator."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from rich.console import Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+
+def _fmt(x) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    return f"{x:,.3f}" if abs(x) < 1e5 else f"{x:,.4g}"
+
+
+class LiveView:
+    """Context manager showing a progress bar and a regret table, refreshed per chunk.
+
+    Use ``view(tracker, stream)`` as the engine's ``on_chunk`` hook.
+    """
+
+    def __init__(self, title: str, total_steps: int, console=None, enabled: bool = True):
+        self.title, self.total, self.enabled = title, total_steps, enabled
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("steps"), TimeElapsedColumn(), TimeRemainingColumn(), console=console)
+        self.task = self.progress.add_task(title, total=total_steps)
+        self.live = Live(Group(self.progress), console=console, refresh_per_second=4, transient=False)
+        self.started = time.perf_counter()
+
+    def __enter__(self):
+        if self.enabled:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.live.__exit__(*exc)
+
+    def table(self, tracker) -> Table:
+        st = tracker.state
+        rate = st.samples / max(time.perf_counter() - self.started, 1e-9)
+        t = Table(title=f"t = {st.t:,}   samples/s = {rate:,.0f}", expand=False)
+        t.add_column("learner")
+        t.add_column("cum. loss", justify="right")
+        t.add_column("avg loss", justify="right")
+        t.add_column("gap to FedSEA", justify="right")
+        main = tracker.main
+        for name, v in st.cum_loss.items():
+            gap = "" if name == main else _fmt(st.cum_loss[main] - v)
+            t.add_row(name, _fmt(v), _fmt(v / max(st.t, 1)), gap)
+        r = Table(show_header=True, expand=False)
+        r.add_column("regret of FedSEA vs")
+        r.add_column("R_t", justify="right")
+        r.add_column("R_t/√t", justify="right")
+        labels = {"static": "best fixed model (hindsight)" + ("" if tracker.hindsight else ", live estimate"),
+                  "expected": "expected, FedSEA eq. (3)", "dynamic": "per-step optimum (dynamic)"}
+        for key, label in labels.items():
+            v = st.regret.get(key)
+            r.add_row(label, _fmt(v), _fmt(v / math.sqrt(st.t) if v is not None and st.t else None))
+        h = st.heterogeneity
+        het = Table(show_header=True, expand=False)
+        for col in ("σ̄²", "ζ̄²", "K̄²", "L", "σ̄²/M ≥ L·K̄²"):
+            het.add_column(col, justify="right")
+        het.add_row(_fmt(h.get("sigma2_mean")), _fmt(h.get("zeta2_mean")), _fmt(h.get("K2_mean")), _fmt(h.get("L")),
+                    "yes" if h.get("parallelisation_helps") else "no")
+        return Group(t, r, het)
+
+    def __call__(self, tracker, stream=None) -> None:
+        self.progress.update(self.task, completed=tracker.state.t)
+        if self.enabled:
+            self.live.update(Group(self.progress, self.table(tracker)))

@@ -1,0 +1,54 @@
+import numpy as np
+from scipy.optimize import minimize
+
+from streamfl.regret.comparators import LeastSquaresHindsight, quadratic_min, solve_hindsight
+
+
+def test_least_squares_hindsight_equals_numpy_lstsq_at_every_step():
+    rng = np.random.default_rng(3)
+    n, M, b, d = 40, 3, 2, 4
+    X = rng.standard_normal((n, M, b, d))
+    y = rng.standard_normal((n, M, b))
+    c = np.full((n, M), 1 / M)
+    h = LeastSquaresHindsight(M, d)
+    net1, cl1 = h.update(X[:25], y[:25], c[:25], np.ones((25, M), bool))
+    net2, cl2 = h.update(X[25:], y[25:], c[25:], np.ones((15, M), bool))
+    net = np.concatenate([net1, net2])
+    for t in [1, 2, 10, 25, 40]:
+        A = X[:t].reshape(-1, d)
+        # network weight of every sample: (1/M)(1/b)
+        w = np.sqrt(1 / (M * b))
+        sol, *_ = np.linalg.lstsq(A * w, y[:t].reshape(-1) * w, rcond=None)
+        value = 0.5 * np.sum(((A @ sol) - y[:t].reshape(-1)) ** 2) / (M * b)
+        np.testing.assert_allclose(net[t - 1], value, rtol=1e-9, atol=1e-12)
+    # client 1 alone, weight 1 per step (1/b per sample)
+    A, yy = X[:, 1].reshape(-1, d), y[:, 1].reshape(-1)
+    sol, *_ = np.linalg.lstsq(A, yy, rcond=None)
+    np.testing.assert_allclose(cl2[-1, 1], 0.5 * np.sum((A @ sol - yy) ** 2) / b, rtol=1e-9)
+
+
+def test_quadratic_min_with_ball_matches_a_constrained_solver():
+    rng = np.random.default_rng(1)
+    B = rng.standard_normal((6, 3))
+    A = B.T @ B
+    v = A @ np.array([3.0, -2.0, 1.0])
+    e = 5.0
+    got = quadratic_min(A[None], v[None], np.array([e]), radius=1.0)[0]
+    res = minimize(lambda x: 0.5 * x @ A @ x - v @ x + 0.5 * e, np.zeros(3), method="SLSQP",
+                   constraints=[{"type": "ineq", "fun": lambda x: 1.0 - x @ x}], options={"ftol": 1e-14})
+    np.testing.assert_allclose(got, res.fun, rtol=1e-7)
+    # inside the ball: the unconstrained value ½e − ½ vᵀA⁻¹v
+    np.testing.assert_allclose(quadratic_min(A[None], v[None], np.array([e]))[0],
+                               0.5 * e - 0.5 * v @ np.linalg.solve(A, v), rtol=1e-10)
+
+
+def test_solve_hindsight_logistic_is_stationary():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 3))
+    y = (rng.random(300) < 0.5).astype(float)
+    w = np.full(300, 1 / 300)
+    x, value = solve_hindsight("logistic", lambda: [(X, y, w)], (3, 1))
+    z = X @ x
+    grad = X.T @ ((1 / (1 + np.exp(-z)) - y) * w)
+    assert np.linalg.norm(grad) < 1e-7
+    np.testing.assert_allclose(value, np.sum(w * (np.logaddexp(0, z) - y * z)), rtol=1e-10)

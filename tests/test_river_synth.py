@@ -1,0 +1,91 @@
+import numpy as np
+import pytest
+
+from streamfl.generators.river_synth import RiverSynthStream, river_synth_names
+
+
+def _collect(stream, chunk_size=256):
+    chunks = list(stream.chunks(chunk_size))
+    assert all(c.mask is None and c.optimum is None for c in chunks)
+    return np.concatenate([c.X for c in chunks]), np.concatenate([c.y for c in chunks])
+
+
+def test_hyperplane_shapes_labels_and_replay():
+    s = RiverSynthStream("Hyperplane", n_clients=3, n_steps=40, batch_size=2, seed=1,
+                         params={"n_features": 4, "mag_change": 0.01})
+    assert (s.n_clients, s.n_steps, s.batch_size, s.n_features) == (3, 40, 2, 5)
+    assert (s.task, s.n_classes, s.classes_) == ("logistic", 1, [0, 1])
+    assert s.feature_names_ == ["0", "1", "2", "3", "intercept"]
+    assert s.client_seeds_ == [1000, 1001, 1002]
+    X, y = _collect(s)
+    assert X.shape == (40, 3, 2, 5) and y.shape == (40, 3, 2)
+    assert set(np.unique(y)) == {0.0, 1.0}
+    np.testing.assert_array_equal(X[..., -1], 1.0)
+    X2, y2 = _collect(s, 7)
+    np.testing.assert_array_equal(X, X2)
+    np.testing.assert_array_equal(y, y2)
+    # Rebuilding with the same arguments gives the same stream.
+    X3, y3 = _collect(RiverSynthStream("Hyperplane", n_clients=3, n_steps=40, batch_size=2, seed=1,
+                                       params={"n_features": 4, "mag_change": 0.01}))
+    np.testing.assert_array_equal(X, X3)
+    np.testing.assert_array_equal(y, y3)
+    # Each client has its own generator, so client streams differ.
+    assert not np.array_equal(X[:, 0], X[:, 1]) and not np.array_equal(X[:, 1], X[:, 2])
+
+
+def test_shared_concept_deals_one_generator_round_robin():
+    shared = RiverSynthStream("Hyperplane", n_clients=3, n_steps=10, seed=2, shared_concept=True,
+                              params={"n_features": 2})
+    single = RiverSynthStream("Hyperplane", n_clients=1, n_steps=30, seed=2, params={"n_features": 2})
+    Xs, ys = _collect(shared)
+    X1, y1 = _collect(single)
+    # Client m gets samples m, m + 3, m + 6, ... of the single generator with seed 2 * 1000.
+    for m in range(3):
+        np.testing.assert_array_equal(Xs[:, m, 0], X1[m::3, 0, 0])
+        np.testing.assert_array_equal(ys[:, m, 0], y1[m::3, 0, 0])
+    assert not np.array_equal(Xs[:, 0], Xs[:, 1])
+
+
+def test_friedman_drift_is_least_squares():
+    s = RiverSynthStream("FriedmanDrift", n_clients=2, n_steps=20, params={"position": (5, 10, 15)})
+    assert (s.task, s.n_classes, s.classes_, s.n_features) == ("least_squares", 1, None, 11)
+    _, y = _collect(s)
+    assert len(np.unique(y)) > 20
+
+
+def test_categorical_features_and_softmax():
+    mv = RiverSynthStream("Mv", n_clients=2, n_steps=30)
+    assert mv.task == "least_squares"
+    onehot = [n for n in mv.feature_names_ if n.startswith("3=")]
+    assert onehot == sorted(onehot) and len(onehot) >= 2
+    X, _ = _collect(mv)
+    cols = [mv.feature_names_.index(n) for n in onehot]
+    np.testing.assert_array_equal(X[..., cols].sum(axis=-1), 1.0)
+    led = RiverSynthStream("LED", n_clients=2, n_steps=10, intercept=False)
+    assert (led.task, led.n_classes, led.has_intercept, led.n_features) == ("softmax", 10, False, 7)
+
+
+def test_concept_drift_stream_with_nested_specs():
+    s = RiverSynthStream("ConceptDriftStream", n_clients=2, n_steps=30,
+                         params={"stream": {"name": "SEA", "params": {"variant": 0}},
+                                 "drift_stream": {"name": "SEA", "params": {"variant": 3}},
+                                 "position": 15, "width": 1})
+    assert s.task == "logistic" and s.feature_names_ == ["0", "1", "2", "intercept"]
+
+
+def test_error_messages():
+    with pytest.raises(ValueError) as err:
+        RiverSynthStream("Hyperplain")
+    assert str(err.value) == f"Unknown River generator 'Hyperplain'; valid names are: {', '.join(river_synth_names())}."
+    assert "Hyperplane" in str(err.value) and "Logical" not in str(err.value)
+    with pytest.raises(ValueError) as err:
+        RiverSynthStream("Hyperplane", n_steps=5, params={"n_feature": 3})
+    assert str(err.value) == (
+        "Invalid params for river.datasets.synth.Hyperplane: "
+        "Hyperplane.__init__() got an unexpected keyword argument 'n_feature'"
+    )
+    with pytest.raises(ValueError, match="The 'n_clients' parameter of RiverSynthStream must be an int >= 1"):
+        RiverSynthStream("SEA", n_clients=0)
+    with pytest.raises(ValueError, match="produced only 100 samples"):
+        RiverSynthStream("AnomalySine", n_clients=2, n_steps=150, params={"n_samples": 100, "n_anomalies": 10,
+                                                                         "n_contextual": 10})
