@@ -4,12 +4,14 @@
   from running sufficient statistics (A = Σ c a aᵀ/b, v = Σ c a y/b,
   e = Σ c y²/b); memory O(G d²), constant in T.
 * :class:`ReservoirHindsight` — the live estimate for the logistic and softmax
-  losses: a weighted reservoir of R samples (Efraimidis & Spirakis, 2006) on
-  which the comparator model is refitted; the cumulative comparator loss is
-  estimated as (Σ weights so far) × (reservoir mean loss of the refitted
-  model). Fitting and evaluating on the same reservoir makes the estimate
-  optimistic (a slightly too small comparator loss, so a slightly too large
-  regret); the exact value comes from :func:`solve_hindsight` at the end.
+  losses: a weighted reservoir of R samples (Efraimidis & Spirakis, 2006),
+  each kept with the loss the learner incurred on it. After every chunk the
+  comparator model x̂ is refitted on the reservoir, and the regret is
+  estimated as (Σ weights so far) × (reservoir mean of [learner loss − f(x̂, ξ)]).
+  Pairing the two losses on the same samples cancels most of the sampling
+  noise (a control variate); fitting and evaluating on the same reservoir
+  makes the estimate slightly optimistic for the comparator. The exact value
+  comes from :func:`solve_hindsight` at the end of the run.
 * :func:`solve_hindsight` — the exact comparator on a recorded stream, by a
   convex solver (L-BFGS; SLSQP for the L2-ball constraint).
 """
@@ -209,29 +211,47 @@ class ReservoirHindsight:
         self.y = np.empty(0)
         self.keys = np.empty(0)
         self.theta = np.zeros(int(np.prod(shape)))
-        self.mean_loss = np.nan
+        self.lo = np.empty(0)
+        self.mean_gap = np.nan
         self.total_weight = 0.0
+        self.total_loss = 0.0
 
-    def update(self, X, y, c):
-        """Absorb a chunk (X (n,M,b,d), y (n,M,b), c (n,M)); return the estimated
-        comparator loss after each step, shape (n,), from the previous fit, then refit."""
+    def update(self, X, y, c, learner_loss):
+        """Absorb a chunk; return the estimated comparator loss after each step.
+
+        Parameters
+        ----------
+        X : (n, M, b, d); y : (n, M, b); c : (n, M) network weights;
+        learner_loss : (n, M) the learner's mini-batch loss f(x_{t,m}, ξ_{t,m}).
+
+        Returns
+        -------
+        ndarray (n,): Σ_{s≤t} Σ_m c f(x_{s,m}, ξ_{s,m}) minus the estimated regret,
+        using the fit from before this chunk; then the model is refitted.
+        """
         n, M, b, d = X.shape
         w = np.repeat((c / b)[..., None], b, axis=2).reshape(-1)
-        cum = self.total_weight + np.cumsum(c.sum(axis=1))
-        estimate = cum * self.mean_loss if np.isfinite(self.mean_loss) else np.full(n, np.nan)
-        self.total_weight = cum[-1]
+        lo = np.repeat(learner_loss[..., None], b, axis=2).reshape(-1)
+        cum_w = self.total_weight + np.cumsum(c.sum(axis=1))
+        cum_l = self.total_loss + np.cumsum(np.einsum("nm,nm->n", c, learner_loss))
+        self.total_weight, self.total_loss = cum_w[-1], cum_l[-1]
         keep = w > 0
         keys = self.rng.random(w.shape)[keep] ** (1.0 / w[keep])
-        Xs, ys = X.reshape(-1, d)[keep], y.reshape(-1)[keep]
         allk = np.concatenate([self.keys, keys])
         top = np.argsort(-allk, kind="stable")[: self.size]
-        self.X = np.concatenate([self.X, Xs])[top]
-        self.y = np.concatenate([self.y, ys])[top]
+        self.X = np.concatenate([self.X, X.reshape(-1, d)[keep]])[top]
+        self.y = np.concatenate([self.y, y.reshape(-1)[keep]])[top]
+        self.lo = np.concatenate([self.lo, lo[keep]])[top]
         self.keys = allk[top]
+        first = not np.isfinite(self.mean_gap)
         if len(self.y):
             uw = np.full(len(self.y), 1.0 / len(self.y))
-            self.theta, self.mean_loss = solve_hindsight(
+            self.theta, mean_comp = solve_hindsight(
                 self.task, lambda: [(self.X, self.y, uw)], self.shape, self.radius, x0=self.theta)
-        if not np.isfinite(estimate).all():
-            estimate = np.where(np.isfinite(estimate), estimate, cum * self.mean_loss)
-        return estimate
+            gap = float(np.mean(self.lo)) - mean_comp
+            if first:
+                self.mean_gap = gap
+            estimate = cum_l - cum_w * self.mean_gap
+            self.mean_gap = gap
+            return estimate
+        return np.full(n, np.nan)

@@ -159,7 +159,7 @@ class RegretTracker:
             comp, client_comp = self.hindsight.update(chunk.X, chunk.y, c, present)
             client_regret = client_cum - client_comp
         else:
-            comp = self.reservoir.update(chunk.X, chunk.y, c)
+            comp = self.reservoir.update(chunk.X, chunk.y, c, losses[self.main])
             self._spool(chunk, c, ts)
         cols["comparator_static"] = comp
         cols["regret_static"] = cum[self.main] - comp

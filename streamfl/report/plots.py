@@ -239,6 +239,14 @@ def _abrupt_steps(summary: Mapping | None) -> list[int]:
     return sorted(steps)
 
 
+class _PlainLogFormatter(LogFormatter):
+    """Log-axis labels as plain numbers (0.6, 0.01, 1e-05): matplotlib picks
+    which ticks get a label, we only change how it reads."""
+
+    def __call__(self, x, pos=None):
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
 def _new_figure(figsize=FIGSIZE) -> Figure:
     fig = Figure(figsize=figsize, dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
@@ -350,11 +358,17 @@ def plot_regret(df: pd.DataFrame, summary: Mapping | None, path: str | Path) -> 
             label += " (live estimate)"
         ax.plot(t, thin[col].to_numpy(dtype=float), color=colour, linewidth=1.8, label=label, zorder=3)
         drawn += 1
-    for i, b in enumerate(_baselines(thin)):
+    extra = 0
+    for b in _baselines(thin):
         col = f"gap_{b}"
         if not _has_data(thin, col):
             continue
-        ax.plot(t, thin[col].to_numpy(dtype=float), color=_BASELINE_COLOURS[i % len(_BASELINE_COLOURS)],
+        if b in BASELINES:       # a fixed colour per known baseline, the same in every run
+            colour = _BASELINE_COLOURS[BASELINES.index(b)]
+        else:
+            colour = _BASELINE_COLOURS[len(BASELINES) + extra % (len(_BASELINE_COLOURS) - len(BASELINES))]
+            extra += 1
+        ax.plot(t, thin[col].to_numpy(dtype=float), color=colour,
                 linestyle="--", linewidth=1.3, label=f"loss gap to {b}", zorder=2)
         drawn += 1
     if len(ck_t):
@@ -581,8 +595,8 @@ def plot_heterogeneity(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
         drawn += 1
     if drawn:
         ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(LogFormatter())
-        ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1.2, 0.6)))
+        ax.yaxis.set_major_formatter(_PlainLogFormatter())
+        ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(1.2, 0.6)))
     else:
         ax.text(0.5, 0.5, "no heterogeneity estimates available", transform=ax.transAxes,
                 ha="center", va="center", color="0.4")
