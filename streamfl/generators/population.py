@@ -133,12 +133,6 @@ def _sig1_pos(u):
     return e / ((1.0 + e) * (1.0 + e))
 
 
-def _sig3_pos(u):
-    """Third derivative of the sigmoid, σ'(1 − 6σ'), for u ≥ 0."""
-    s1 = _sig1_pos(u)
-    return s1 * (1.0 - 6.0 * s1)
-
-
 def _log1pexp_neg(u):
     """log(1 + e^{-u}) for u ≥ 0."""
     return np.log1p(np.exp(-u))
@@ -149,9 +143,18 @@ def _kappa(tau: np.ndarray) -> np.ndarray:
     return 2.0 * _radial_sum(tau, _sig1_pos)
 
 
-def _lambda(tau: np.ndarray) -> np.ndarray:
-    """λ(τ) = E of the sigmoid's third derivative at τZ, τ ≥ 0; λ(0) = −1/8."""
-    return 2.0 * _radial_sum(tau, _sig3_pos)
+def _kappa_lambda(tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(κ(τ), λ(τ)), τ ≥ 0, in one pass: λ(τ) = E σ'''(τZ) = E[σ'(1 − 6σ')](τZ), λ(0) = −1/8."""
+    tau = np.asarray(tau, dtype=np.float64)
+    flat = tau.reshape(-1)
+    k, l = np.empty(flat.shape), np.empty(flat.shape)
+    step = max(1, _SLAB // _Z1.size)
+    for i in range(0, flat.size, step):
+        s1 = _sig1_pos(flat[i:i + step, None] * _Z1)
+        k[i:i + step] = s1 @ _W1
+        s1 *= 1.0 - 6.0 * s1
+        l[i:i + step] = s1 @ _W1
+    return 2.0 * k.reshape(tau.shape), 2.0 * l.reshape(tau.shape)
 
 
 def _softplus_mean(tau: np.ndarray) -> np.ndarray:
@@ -709,17 +712,17 @@ class LogisticPopulation(_Population):
         """
         x, _ = self._xw(x, w)
         s, d = self.feature_scale, self._dim
-        tx = s * _norm(x)
-        out = (s ** 4 * _lambda(tx))[..., None, None] * x[..., :, None] * x[..., None, :]
-        out[..., np.arange(d), np.arange(d)] += (s * s * _kappa(tx))[..., None]
+        kap, lam = _kappa_lambda(s * _norm(x))
+        out = (s ** 4 * lam)[..., None, None] * x[..., :, None] * x[..., None, :]
+        out[..., np.arange(d), np.arange(d)] += (s * s * kap)[..., None]
         return out
 
     # ------------------------------------------------------------------ minimisers
     def _psi(self, rho):
         """ψ(ρ) = ρ κ(sρ) and ψ'(ρ) = κ(sρ) + s² ρ² λ(sρ); A'(ρ) = s² ψ(ρ)."""
         s = self.feature_scale
-        k = _kappa(s * rho)
-        return rho * k, k + s * s * rho * rho * _lambda(s * rho)
+        k, lam = _kappa_lambda(s * rho)
+        return rho * k, k + s * s * rho * rho * lam
 
     def _solve_radius(self, target, hi, rho0, what):
         """Solve ψ(ρ) = target on [0, hi] by bracketed Newton (vectorised).
@@ -750,8 +753,7 @@ class LogisticPopulation(_Population):
                 | (hi[idx] - lo[idx] <= 4 * np.finfo(float).eps * hi[idx])
             rho[idx] = np.where(res == 0, rho[idx], new)
             active[idx[done]] = False
-        p, _ = self._psi(rho)
-        gnorm = s2 * np.abs(p - target)
+        gnorm = s2 * np.abs(rho * _kappa(self.feature_scale * rho) - target)
         failed = np.flatnonzero(~(gnorm < 1e-10))
         if failed.size:
             raise RuntimeError(f"LogisticPopulation: Newton did not reach gradient norm < 1e-10 at {what} "

@@ -1,0 +1,49 @@
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+CLI = [sys.executable, "-m", "streamfl.cli"]
+
+
+def test_run_writes_a_run_folder(tmp_path):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text("""
+name: small
+steps: 300
+source: {kind: synthetic, task: least_squares, clients: 4, dim: 3, drift: [{kind: abrupt, at: [150]}]}
+learner: {tau: 5, step_size: {kind: constant, eta: 0.05}}
+baselines: [tau1, local, centralized, river]
+""")
+    out = tmp_path / "run"
+    proc = subprocess.run(CLI + ["run", "--config", str(cfg), "--out", str(out), "--no-live"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    metrics = pd.read_csv(out / "metrics.csv")
+    assert len(metrics) == 300 and metrics["t"].iloc[-1] == 300
+    assert summary["rounds"] == 60
+    assert summary["regret_static"] == pytest.approx(metrics["regret_static"].iloc[-1])
+    assert set(summary["gaps"]) == {"tau1", "local", "centralized", "river"}
+    for name in ("regret", "regret_over_sqrt_t", "client_losses", "heterogeneity"):
+        assert (out / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "static regret" in proc.stdout
+
+
+def test_bad_config_is_one_line_without_traceback(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("learner: {tau: 0}\n")
+    proc = subprocess.run(CLI + ["run", "--config", str(cfg), "--no-live"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: config error: learner.tau: Input should be greater than or equal to 1 (got 0)"
+
+
+def test_unknown_dataset_is_a_clear_error(tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("source: {kind: river_dataset, name: Nope}\n")
+    proc = subprocess.run(CLI + ["run", "--config", str(cfg), "--no-live"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert "Nope" in proc.stderr and "Phishing" in proc.stderr
