@@ -40,8 +40,8 @@ exits with status 1 otherwise); River's and torch's differences are printed.
 
 Usage::
 
-    PYTHONPATH=. python benchmarks/throughput.py [--steps 2000] [--river-steps 800]
-        [--torch-steps 200] [--clients 64] [--dim 100] [--tau 10] [--json out.json]
+    PYTHONPATH=. python benchmarks/throughput.py [--steps 2000] [--river-steps 1500]
+        [--torch-steps 300] [--clients 64] [--dim 100] [--tau 10] [--json out.json]
 
 Target: engine ≥ 100× River (client-samples/s).
 """
@@ -291,8 +291,8 @@ def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=2000, help="engine steps (default 2000)")
-    p.add_argument("--river-steps", type=int, default=800, help="River steps (default 800, >= 2 s)")
-    p.add_argument("--torch-steps", type=int, default=200, help="torch steps (default 200, >= 2 s)")
+    p.add_argument("--river-steps", type=int, default=1500, help="River steps (default 1500, >= 2 s)")
+    p.add_argument("--torch-steps", type=int, default=300, help="torch steps (default 300, >= 2 s)")
     p.add_argument("--check-steps", type=int, default=200, help="steps compared with the reference (default 200)")
     p.add_argument("--clients", type=int, default=64, help="M (default 64)")
     p.add_argument("--dim", type=int, default=100, help="d (default 100)")

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .kernels import LEAST_SQUARES, LOGISTIC, sgd_step
 from .losses import get_loss
 from .step_sizes import StepSize
+
+_KERNELS = {"least_squares": LEAST_SQUARES, "logistic": LOGISTIC}
 
 
 def project_l2_ball(W: np.ndarray, radius: float | None) -> np.ndarray:
@@ -69,6 +72,9 @@ class StackedLinear:
         self.radius = radius
         K = n_classes if task == "softmax" else 1
         self.W = np.zeros((n_clients, n_features, K))
+        self._kind = _KERNELS.get(task)
+        self._all = np.ones(n_clients, dtype=np.bool_)
+        self._out = np.empty(n_clients)
 
     def losses(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Mini-batch mean loss of each client's current model, shape (M,)."""
@@ -94,6 +100,13 @@ class StackedLinear:
             f(x_{t,m}, ξ_{t,m}): the mini-batch mean loss before the update
             (0 for masked clients).
         """
+        if self._kind is not None:
+            # compiled path (least squares, logistic): same maths, one call
+            out = self._out
+            sgd_step(self.W[:, :, 0], X, y, self._all if mask is None else mask, self.step_size(t), self._kind, out)
+            if self.radius is not None:
+                project_l2_ball(self.W, self.radius)
+            return out.copy()
         loss, grad = self.loss_fn(self.W, X, y)
         if mask is not None:
             grad *= mask[:, None, None]
