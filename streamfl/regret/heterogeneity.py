@@ -33,7 +33,8 @@ import numpy as np
 from ..models.losses import get_loss
 
 
-def population_estimates(population, models, average, optima, previous_optima, batch_size):
+def population_estimates(population, models, average, optima, previous_optima, batch_size, steps=None,
+                         noise_every=1):
     """Exact σ_t², ζ_t², K_t² for a chunk of synthetic steps.
 
     Parameters
@@ -44,12 +45,21 @@ def population_estimates(population, models, average, optima, previous_optima, b
     optima : ndarray (n, M, d) — x*_{t,m}
     previous_optima : ndarray (M, d) or None — x*_{t0−1,m}; None at t = 1.
     batch_size : int — b.
+    steps : ndarray (n,) of int or None — the steps t of the chunk.
+    noise_every : int
+        Evaluate σ_t² only where t is a multiple of this (NaN elsewhere; the
+        running mean σ̄² is over the evaluated steps). The logistic noise needs
+        a 2-D quadrature per (x, x*) pair, so the tracker uses every M-th step.
 
     Returns
     -------
     sigma2, zeta2, K2 : ndarray (n,) each (K2 is NaN at the very first step).
     """
-    sigma2 = population.grad_noise(models, optima).mean(axis=1) / batch_size
+    n = optima.shape[0]
+    rows = np.arange(n) if steps is None or noise_every == 1 else np.flatnonzero(steps % noise_every == 0)
+    sigma2 = np.full(n, np.nan)
+    if len(rows):
+        sigma2[rows] = population.grad_noise(models[rows], optima[rows]).mean(axis=1) / batch_size
     g = population.grad(average[:, None, :], optima)
     gbar = g.mean(axis=1)
     zeta2 = np.sum((g - gbar[:, None, :]) ** 2, axis=-1).mean(axis=1)

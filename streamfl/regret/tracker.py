@@ -171,7 +171,8 @@ class RegretTracker:
         if self.population is not None and chunk.optimum is not None and K1:
             cols.update(self._population_terms(chunk, c, flat, average[..., 0]))
             sigma2, zeta2, K2 = population_estimates(self.population, flat, average[..., 0], chunk.optimum,
-                                                     self.prev_optima, self.b)
+                                                     self.prev_optima, self.b, ts,
+                                                     1 if self.task == "least_squares" else self.M)
             self.prev_optima = chunk.optimum[-1].copy()
         else:
             cols["regret_expected"] = np.full(n, np.nan)
