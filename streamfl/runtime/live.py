@@ -47,7 +47,7 @@ class LiveView:
         t.add_column("learner")
         t.add_column("cum. loss", justify="right")
         t.add_column("avg loss", justify="right")
-        t.add_column("gap to FedSEA", justify="right")
+        t.add_column("FedSEA − this", justify="right")
         main = tracker.main
         for name, v in st.cum_loss.items():
             gap = "" if name == main else _fmt(st.cum_loss[main] - v)
