@@ -30,3 +30,13 @@ def test_compiled_logistic_is_stable_for_huge_scores():
     got = model.test_then_train(np.ones((2, 1, 1)), np.array([[0.0], [1.0]]), t=1)
     np.testing.assert_allclose(got, [800.0, 800.0])
     assert np.isfinite(model.W).all()
+
+
+def test_projection_keeps_every_client_inside_the_ball():
+    rng = np.random.default_rng(0)
+    model = StackedLinear(6, 3, "least_squares", StepSize("constant", eta=0.5), radius=0.5)
+    for t in range(1, 50):
+        X = rng.standard_normal((6, 2, 3))
+        model.test_then_train(X, X @ np.array([3.0, 0.0, 0.0]).reshape(3) * 1.0, t)
+    norms = np.linalg.norm(model.W[:, :, 0], axis=1)
+    np.testing.assert_allclose(norms, 0.5, rtol=1e-12)      # the optimum (norm 3) lies outside: iterates sit on the sphere
