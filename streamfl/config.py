@@ -277,12 +277,23 @@ def load_config(path: str | Path) -> ExperimentConfig:
 
 
 def apply_override(data: dict, dotted: str, value) -> dict:
-    """Return a deep copy of ``data`` with ``a.b.c`` set to ``value``."""
+    """Return a deep copy of ``data`` with ``a.b.c`` set to ``value``.
+
+    When both the current value and ``value`` are mappings they are merged, so
+    a sweep can change several fields of one section together.
+
+    >>> apply_override({"a": {"b": 1, "c": 2}}, "a", {"c": 3})
+    {'a': {'b': 1, 'c': 3}}
+    """
     import copy
     out = copy.deepcopy(data)
     node = out
     keys = dotted.split(".")
     for k in keys[:-1]:
         node = node.setdefault(k, {})
-    node[keys[-1]] = value
+    old = node.get(keys[-1])
+    if isinstance(old, dict) and isinstance(value, dict):
+        old.update(copy.deepcopy(value))
+    else:
+        node[keys[-1]] = value
     return out

@@ -111,11 +111,15 @@ class LeastSquaresHindsight:
         clients : ndarray (n, M)
         """
         b = X.shape[2]
-        w = np.concatenate([c[:, None, :], np.eye(c.shape[1])[None] * present[:, None, :]], axis=1) / b
-        # w: (n, G, M) — weight of client m's samples in group g.
-        A = np.einsum("ngm,nmbd,nmbe->ngde", w, X, X)
-        v = np.einsum("ngm,nmbd,nmb->ngd", w, X, y)
-        e = np.einsum("ngm,nmb->ng", w, y * y)
+        p = present / b
+        # per client (weight 1 per step present), then the network (weights c_{t,m})
+        Ac = np.einsum("nm,nmbd,nmbe->nmde", p, X, X)
+        vc = np.einsum("nm,nmbd,nmb->nmd", p, X, y)
+        ec = np.einsum("nm,nmb->nm", p, y * y)
+        cw = np.divide(c, present, out=np.zeros_like(c), where=present)
+        A = np.concatenate([np.einsum("nm,nmde->nde", cw, Ac)[:, None], Ac], axis=1)
+        v = np.concatenate([np.einsum("nm,nmd->nd", cw, vc)[:, None], vc], axis=1)
+        e = np.concatenate([np.einsum("nm,nm->n", cw, ec)[:, None], ec], axis=1)
         A = self.A + np.cumsum(A, axis=0)
         v = self.v + np.cumsum(v, axis=0)
         e = self.e + np.cumsum(e, axis=0)

@@ -43,6 +43,7 @@ class LiveState:
     regret: dict = field(default_factory=dict)
     heterogeneity: dict = field(default_factory=dict)
     samples: int = 0
+    comparator: float = float("nan")
 
 
 class RegretTracker:
@@ -107,6 +108,7 @@ class RegretTracker:
         T = stream.n_steps
         self.checkpoints = set(np.unique(np.geomspace(max(1, T / 2**15), T, 16).astype(int)).tolist())
         self.checkpoint_loss = {}
+        self.checkpoint_regret = {}
         self.het_sums = np.zeros(3)
         self.het_counts = np.zeros(3)
 
@@ -146,7 +148,8 @@ class RegretTracker:
             if name != self.main:
                 cols[f"cum_loss_{name}"] = cum[name]
                 cols[f"gap_{name}"] = cum[self.main] - cum[name]
-        for i in np.flatnonzero(np.isin(ts, list(self.checkpoints))):
+        hits = np.flatnonzero(np.isin(ts, list(self.checkpoints)))
+        for i in hits:
             self.checkpoint_loss[int(ts[i])] = float(cum[self.main][i])
         client_cum = self.client_cum + np.cumsum(losses[self.main], axis=0)
         self.client_cum = client_cum[-1].copy()
@@ -163,6 +166,10 @@ class RegretTracker:
             self._spool(chunk, c, ts)
         cols["comparator_static"] = comp
         cols["regret_static"] = cum[self.main] - comp
+        self.state.comparator = float(comp[-1])
+        if self.hindsight is not None:
+            for i in hits:
+                self.checkpoint_regret[int(ts[i])] = float(cols["regret_static"][i])
 
         # expected and dynamic regret, heterogeneity
         K1 = models.shape[-1] == 1
@@ -293,6 +300,9 @@ class RegretTracker:
                "regret_dynamic": self.state.regret.get("dynamic"),
                "regret_static_method": "exact (sufficient statistics)" if self.hindsight else "exact (L-BFGS over the recorded stream)",
                "static_checkpoints": []}
+        if self.hindsight is not None:
+            out["comparator_static"] = self.state.comparator
+            out["static_checkpoints"] = sorted(self.checkpoint_regret.items())
         if self.spool is not None:
             for f in self.spool.values():
                 f.close()

@@ -70,12 +70,20 @@ class Federated:
 
 
 class Centralized:
-    """One learner on the pooled stream, sample by sample (see module doc)."""
+    """One learner on the pooled stream, sample by sample (see module doc).
+
+    At step t it takes the M·b pooled samples one after another, each tested
+    then trained on with step size η_t / (M·b). Over a step it therefore moves
+    as far as one averaged FedSEA round of mini-batch steps with η_t (to first
+    order), so the comparison isolates *when* information is shared, not how
+    large the steps are.
+    """
 
     def __init__(self, n_clients, n_features, task, step_size: StepSize, n_classes=1, radius=None):
-        self.model = StackedLinear(1, n_features, task, step_size, n_classes, radius)
+        self.step_size = step_size
+        self.scale = 1.0
+        self.model = StackedLinear(1, n_features, task, lambda t: step_size(t) * self.scale, n_classes, radius)
         self.M = n_clients
-        self.count = 0
 
     @property
     def models(self):
@@ -84,12 +92,12 @@ class Centralized:
     def step(self, X, y, t, mask=None):
         M, b, _ = X.shape
         losses = np.zeros(M)
+        self.scale = 1.0 / (M * b)
         for m in range(M):
             if mask is not None and not mask[m]:
                 continue
             for j in range(b):
-                self.count += 1
-                losses[m] += self.model.test_then_train(X[m:m + 1, j:j + 1], y[m:m + 1, j:j + 1], self.count)[0]
+                losses[m] += self.model.test_then_train(X[m:m + 1, j:j + 1], y[m:m + 1, j:j + 1], t)[0]
         return losses / b
 
 
