@@ -32,8 +32,12 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Override the number of steps T."),
         seed: Optional[int] = typer.Option(None, "--seed", help="Override the seed."),
         live: bool = typer.Option(True, "--live/--no-live", help="Show the live regret view."),
-        plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots at the end.")):
-    """Run an experiment (embedded mode) and write a run folder."""
+        plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots at the end."),
+        broker: Optional[str] = typer.Option(None, "--broker", help="Run FedSEA over this Kafka broker (HOST:PORT) instead of embedded; baselines are skipped."),
+        workers: int = typer.Option(1, "--workers", min=1, help="With --broker: number of worker processes.")):
+    """Run an experiment (embedded mode, or over Kafka with --broker) and write a run folder."""
+    if broker is not None:
+        return _run_over_kafka(config, out, steps, seed, live, plots, broker, workers)
     from .runtime.experiment import run_experiment
     from .runtime.live import LiveView
     from .runtime.sweep import run_sweep
@@ -105,6 +109,31 @@ def default_config_cmd():
 
 def main():
     app()
+
+
+def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers):
+    """``run --broker``: FedSEA over a real Kafka broker (see :mod:`streamfl.runtime.kafka_run`)."""
+    from .runtime.experiment import build_stream
+    from .runtime.kafka_run import BrokerUnavailable, KafkaRunError, run_kafka_experiment
+    from .runtime.live import LiveView
+    from .transport.topics import check_broker
+    try:
+        cfg = load_config(config) if config else default_config()
+        update = {k: v for k, v in (("steps", steps), ("seed", seed)) if v is not None}
+        if update:
+            cfg = cfg.model_copy(update=update)
+        if cfg.baselines:
+            err.print(f"note: over Kafka only FedSEA runs; skipping baselines {', '.join(cfg.baselines)}", highlight=False)
+        check_broker(broker)
+        total = build_stream(cfg).n_steps
+        view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau} over Kafka ({workers} worker(s))", total,
+                        console=console, enabled=live)
+        with view:
+            summary = run_kafka_experiment(cfg, broker, workers=workers, run_dir=out, on_chunk=view,
+                                           plots=plots and cfg.output.plots)
+    except (BrokerUnavailable, KafkaRunError) + USER_ERRORS as e:
+        _fail(str(e).strip("'\""))
+    _print_summary(summary)
 
 
 if __name__ == "__main__":

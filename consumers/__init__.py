@@ -1,0 +1,1 @@
+"""Kafka consumers of streamfl: FedSEA workers, the aggregator and the regret tracker."""

@@ -1,0 +1,1 @@
+"""Kafka producers of streamfl (``python -m producers.stream_producer``)."""

@@ -1,0 +1,73 @@
+"""What every process of a Kafka run needs to know, read from the run folder.
+
+The orchestrator (:mod:`streamfl.runtime.kafka_run`) writes the resolved
+experiment to ``<run_dir>/config.yaml``; the producer, the workers, the
+aggregator and the tracker all rebuild the same (deterministic, seeded)
+stream from it, so nothing but numbers travels over Kafka.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ..config import ExperimentConfig, parse_config
+from ..models import StepSize
+
+
+def read_config(path: str | Path) -> ExperimentConfig:
+    """Parse a run folder's ``config.yaml`` (ConfigError if invalid)."""
+    return parse_config(yaml.safe_load(Path(path).read_text()) or {})
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    """FedSEA's parameters as the workers need them.
+
+    Attributes
+    ----------
+    n_clients, n_features, n_classes : int
+        M, d and K (K = 1 unless softmax).
+    n_steps : int
+        T.
+    task : str
+    step_size : StepSize
+    radius : float or None
+    tau : int or None
+        τ; ``None`` never averages.
+    """
+
+    n_clients: int
+    n_features: int
+    n_classes: int
+    n_steps: int
+    task: str
+    step_size: StepSize
+    radius: float | None
+    tau: int | None
+
+    @property
+    def n_rounds(self) -> int:
+        """Number of averaging rounds, ⌊T/τ⌋ (0 without averaging)."""
+        return 0 if self.tau is None else self.n_steps // self.tau
+
+
+def learner_spec(cfg: ExperimentConfig, stream) -> LearnerSpec:
+    """The :class:`LearnerSpec` of ``cfg`` on its ``stream`` (as :func:`build_learners` builds FedSEA)."""
+    lc = cfg.learner
+    eta = StepSize(lc.step_size.kind, lc.step_size.eta, lc.step_size.mu, lc.step_size.t0)
+    return LearnerSpec(stream.n_clients, stream.n_features, stream.n_classes, stream.n_steps, stream.task,
+                       eta, lc.radius, lc.tau)
+
+
+def kafka_unsupported(cfg: ExperimentConfig, stream) -> str | None:
+    """Why ``cfg`` cannot run over Kafka, or ``None`` if it can."""
+    if cfg.sweep is not None:
+        return "sweeps are not supported over Kafka; run each configuration separately"
+    if getattr(stream, "adaptive", False):
+        return "adaptive drift is not supported over Kafka (the adversary would need the workers' models)"
+    if cfg.learner.tau is not None and cfg.learner.weighting != "uniform":
+        return "only learner.weighting: uniform is supported over Kafka"
+    return None

@@ -1,0 +1,223 @@
+"""Per-run Kafka topics, their creation, and the client → partition rule.
+
+Every run gets its own five topics, so runs never see each other's records:
+
+==========================  ==========  ============================================
+topic                       partitions  records (key → value, :mod:`.format`)
+==========================  ==========  ============================================
+``streamfl.<run>.data``     P           client id → DATA, client m on partition m mod P
+``streamfl.<run>.loss``     1           worker id → LOSS, one per worker per step
+``streamfl.<run>.updates``  1           worker id → UPDATE, one per worker per round
+``streamfl.<run>.global``   1           round → GLOBAL, one per round
+``streamfl.<run>.dead``     1           original key → rejected record (reason in headers)
+==========================  ==========  ============================================
+
+Producers always pass the partition explicitly (:func:`partition_for`), so the
+mapping does not depend on the client library's key hash.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import time
+from dataclasses import dataclass
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class BrokerUnavailable(ConnectionError):
+    """The Kafka broker cannot be reached or did not answer in time (one-line message)."""
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The topic names of one run (see the module table)."""
+
+    run_id: str
+
+    def __post_init__(self):
+        if not _RUN_ID.match(self.run_id):
+            raise ValueError(f"run id must be 1-64 characters from [A-Za-z0-9_-], got {self.run_id!r}")
+
+    @property
+    def prefix(self) -> str:
+        return f"streamfl.{self.run_id}"
+
+    @property
+    def data(self) -> str:
+        return f"{self.prefix}.data"
+
+    @property
+    def loss(self) -> str:
+        return f"{self.prefix}.loss"
+
+    @property
+    def updates(self) -> str:
+        return f"{self.prefix}.updates"
+
+    @property
+    def global_(self) -> str:
+        return f"{self.prefix}.global"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.prefix}.dead"
+
+    def all(self) -> list[str]:
+        return [self.data, self.loss, self.updates, self.global_, self.dead]
+
+    @property
+    def worker_group(self) -> str:
+        """Consumer-group id of the workers on the data topic."""
+        return f"{self.prefix}.workers"
+
+
+def partition_for(client: int, n_partitions: int) -> int:
+    """Partition of client m's DATA records: m mod P.
+
+    >>> partition_for(5, 4)
+    1
+    """
+    return int(client) % int(n_partitions)
+
+
+def clients_of(partitions, n_clients: int, n_partitions: int) -> list[int]:
+    """The clients whose records go to the given partitions, sorted.
+
+    >>> clients_of({0, 2}, 7, 4)
+    [0, 2, 4, 6]
+    """
+    parts = set(int(p) for p in partitions)
+    return [m for m in range(n_clients) if m % n_partitions in parts]
+
+
+def key_of(n: int) -> bytes:
+    """Record key for a client / worker / round id (its decimal ASCII form)."""
+    return str(int(n)).encode()
+
+
+def split_bootstrap(bootstrap: str) -> tuple[str, int]:
+    """``"host:port"`` → (host, port); ValueError with a clear message otherwise."""
+    host, sep, port = str(bootstrap).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--broker must be HOST:PORT (e.g. 127.0.0.1:9092), got {bootstrap!r}")
+    return host, int(port)
+
+
+def quiet_kafka_logs() -> None:
+    """Silence kafka-python's own logging (its reconnect warnings are not for users)."""
+    log = logging.getLogger("kafka")
+    log.setLevel(logging.CRITICAL)
+    log.propagate = False
+
+
+def make_producer(bootstrap: str, client_id: str):
+    """A KafkaProducer for ordered (idempotent), acknowledged, low-latency sends."""
+    quiet_kafka_logs()
+    from kafka import KafkaProducer
+    return KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks="all", linger_ms=1,
+                         enable_idempotence=True, max_block_ms=30000, bootstrap_timeout_ms=10000)
+
+
+def make_reader(bootstrap: str, client_id: str, topic: str, partition: int = 0):
+    """A group-less KafkaConsumer reading one partition of ``topic`` from its beginning."""
+    quiet_kafka_logs()
+    from kafka import KafkaConsumer, TopicPartition
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
+                             enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=20,
+                             bootstrap_timeout_ms=10000)
+    tp = TopicPartition(topic, partition)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    return consumer
+
+
+def dead_letter(producer, topics: Topics, raw: bytes, key: bytes | None, reason: str, source: str) -> None:
+    """Send a rejected record, unchanged, to the run's dead-letter topic.
+
+    The headers ``reason`` (a :class:`~streamfl.transport.format.FormatError`
+    reason or another short code) and ``source`` (who rejected it) say why.
+    """
+    producer.send(topics.dead, value=bytes(raw), key=key, partition=0,
+                  headers=[("reason", reason.encode()), ("source", source.encode())])
+
+
+def check_broker(bootstrap: str, timeout: float = 8.0) -> None:
+    """Raise :class:`BrokerUnavailable` unless a Kafka broker answers metadata within ``timeout`` s.
+
+    A plain TCP connect is tried first (fails fast on a closed port), then a
+    kafka-python admin client lists topics.
+    """
+    host, port = split_bootstrap(bootstrap)
+    hint = "start one with scripts/kafka-local start"
+    try:
+        socket.create_connection((host, port), timeout=min(3.0, timeout)).close()
+    except OSError as e:
+        raise BrokerUnavailable(f"cannot reach a Kafka broker at {bootstrap} ({e.strerror or e}); {hint}") from None
+    quiet_kafka_logs()
+    from kafka import KafkaAdminClient
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="streamfl-probe",
+                                 request_timeout_ms=int(timeout * 1000), bootstrap_timeout_ms=int(timeout * 1000))
+        try:
+            admin.list_topics()
+        finally:
+            admin.close()
+    except Exception as e:  # kafka-python raises many types here
+        raise BrokerUnavailable(f"{bootstrap} accepts connections but did not answer as a Kafka broker "
+                                f"within {timeout:.0f} s ({type(e).__name__}); {hint}") from None
+
+
+def create_topics(bootstrap: str, topics: Topics, n_partitions: int, timeout: float = 30.0) -> None:
+    """Create the run's topics (data with ``n_partitions`` partitions, the others with 1).
+
+    Waits until the metadata shows every topic with its partitions.
+
+    Raises
+    ------
+    ValueError
+        ``n_partitions`` < 1.
+    BrokerUnavailable
+        The topics did not appear within ``timeout`` s.
+    """
+    if n_partitions < 1:
+        raise ValueError(f"the data topic needs at least 1 partition, got {n_partitions}")
+    quiet_kafka_logs()
+    from kafka import KafkaAdminClient, KafkaConsumer
+    from kafka.admin import NewTopic
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"streamfl-{topics.run_id}-admin")
+    try:
+        admin.create_topics([NewTopic(topics.data, n_partitions, 1)]
+                            + [NewTopic(t, 1, 1) for t in topics.all()[1:]])
+    finally:
+        admin.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=f"streamfl-{topics.run_id}-meta")
+    try:
+        want = {t: (n_partitions if t == topics.data else 1) for t in topics.all()}
+        deadline = time.monotonic() + timeout
+        while True:
+            consumer.topics()  # refresh metadata
+            if all(len(consumer.partitions_for_topic(t) or ()) == n for t, n in want.items()):
+                return
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"the topics of run {topics.run_id} did not appear within {timeout:.0f} s")
+            time.sleep(0.1)
+    finally:
+        consumer.close()
+
+
+def delete_topics(bootstrap: str, topics: Topics) -> None:
+    """Delete the run's topics; errors are ignored (best effort clean-up)."""
+    quiet_kafka_logs()
+    try:
+        from kafka import KafkaAdminClient
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"streamfl-{topics.run_id}-admin",
+                                 request_timeout_ms=10000, bootstrap_timeout_ms=5000)
+        try:
+            admin.delete_topics(topics.all(), raise_errors=False)
+        finally:
+            admin.close()
+    except Exception:
+        pass

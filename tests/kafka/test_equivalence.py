@@ -1,0 +1,55 @@
+"""Kafka mode gives the embedded engine's numbers (needs a broker).
+
+Skipped unless ``STREAMFL_KAFKA`` names the bootstrap address, e.g. ``127.0.0.1:9092``
+(start one with ``scripts/kafka-local start``).
+"""
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+BOOTSTRAP = os.environ.get("STREAMFL_KAFKA")
+if not BOOTSTRAP:
+    pytest.skip("STREAMFL_KAFKA is not set: start a broker with scripts/kafka-local start", allow_module_level=True)
+
+from streamfl.config import parse_config  # noqa: E402
+from streamfl.runtime.experiment import run_experiment  # noqa: E402
+from streamfl.runtime.kafka_run import run_kafka_experiment  # noqa: E402
+
+COLUMNS = ["loss", "cum_loss", "regret_static", "regret_dynamic"]
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return parse_config({
+        "name": "kafka-eq", "seed": 1, "steps": 60,
+        "source": {"kind": "synthetic", "task": "logistic", "clients": 4, "dim": 3},
+        "learner": {"tau": 5},
+        "baselines": [],
+        "output": {"format": "parquet", "plots": False},   # parquet: full float64 precision on disk
+    })
+
+
+@pytest.fixture(scope="module")
+def embedded(cfg, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("embedded")
+    summary = run_experiment(cfg, run_dir, plots=False)
+    return summary, pd.read_parquet(run_dir / "metrics.parquet")
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_kafka_run_equals_embedded(cfg, embedded, workers, tmp_path):
+    want_summary, want = embedded
+    summary = run_kafka_experiment(cfg, BOOTSTRAP, workers=workers, run_dir=tmp_path, plots=False, timeout=30)
+    got = pd.read_parquet(tmp_path / "metrics.parquet")
+    assert got["t"].tolist() == list(range(1, 61))
+    for col in COLUMNS:
+        np.testing.assert_allclose(got[col].to_numpy(), want[col].to_numpy(), rtol=0, atol=1e-9, err_msg=col)
+    assert list(got.columns) == list(want.columns)
+    for key in ("regret_static", "regret_expected", "regret_dynamic"):
+        assert summary[key] == pytest.approx(want_summary[key], abs=1e-9)
+    assert summary["rounds"] == want_summary["rounds"] == 12
+    assert summary["transport"]["workers"] == workers
+    assert (tmp_path / "summary.json").is_file() and (tmp_path / "config.yaml").is_file()
