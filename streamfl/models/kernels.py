@@ -26,7 +26,7 @@ def sgd_step(W, X, y, mask, eta, kind, out):
 
     Parameters
     ----------
-    W : float64 (M, d) — client models, updated in place.
+    W : float64 (M, d, 1) — client models, updated in place.
     X : float64 (M, b, d); y : float64 (M, b)
     mask : bool (M,) — clients without a sample this step are skipped.
     eta : float — η_t.
@@ -45,7 +45,7 @@ def sgd_step(W, X, y, mask, eta, kind, out):
         for j in range(b):
             z = 0.0
             for k in range(d):
-                z += X[m, j, k] * W[m, k]
+                z += X[m, j, k] * W[m, k, 0]
             if kind == LEAST_SQUARES:
                 r = z - y[m, j]
                 total += 0.5 * r * r
@@ -59,9 +59,15 @@ def sgd_step(W, X, y, mask, eta, kind, out):
                     e = math.exp(z)
                     total += math.log1p(e) - y[m, j] * z
                     r = e / (1.0 + e) - y[m, j]
-            for k in range(d):
-                g[k] += r * X[m, j, k]
+            if b == 1:  # one sample: update in the same pass
+                step = eta * r
+                for k in range(d):
+                    W[m, k, 0] -= step * X[m, 0, k]
+            else:
+                for k in range(d):
+                    g[k] += r * X[m, j, k]
         out[m] = total / b
-        step = eta / b
-        for k in range(d):
-            W[m, k] -= step * g[k]
+        if b > 1:
+            step = eta / b
+            for k in range(d):
+                W[m, k, 0] -= step * g[k]

@@ -103,7 +103,7 @@ class StackedLinear:
         if self._kind is not None:
             # compiled path (least squares, logistic): same maths, one call
             out = self._out
-            sgd_step(self.W[:, :, 0], X, y, self._all if mask is None else mask, self.step_size(t), self._kind, out)
+            sgd_step(self.W, X, y, self._all if mask is None else mask, self.step_size(t), self._kind, out)
             if self.radius is not None:
                 project_l2_ball(self.W, self.radius)
             return out.copy()

@@ -51,6 +51,7 @@ class Federated:
         self.tau = tau
         self.strategy = strategy or (FedAvg() if tau is not None else LocalOnly())
         self.seen = np.zeros(clients.W.shape[0])
+        self.full_steps = 0
         self.rounds = 0
 
     @property
@@ -59,12 +60,17 @@ class Federated:
 
     def step(self, X, y, t, mask=None):
         losses = self.clients.test_then_train(X, y, t, mask)
-        self.seen += X.shape[1] if mask is None else X.shape[1] * mask
+        if mask is None:
+            self.full_steps += 1          # counted lazily: no array work on the hot path
+        else:
+            self.seen += X.shape[1] * mask
         if self.tau is not None and t % self.tau == 0:
-            global_model = self.strategy.aggregate(self.clients.W, self.seen)
+            seen = self.seen + self.full_steps * X.shape[1]
+            global_model = self.strategy.aggregate(self.clients.W, seen)
             if global_model is not None:
                 self.clients.W[:] = global_model
             self.seen[:] = 0
+            self.full_steps = 0
             self.rounds += 1
         return losses
 
