@@ -90,6 +90,7 @@ class RiverSynthSource(_Model):
     params: dict[str, Any] = Field(default_factory=dict)
     clients: int = Field(8, ge=1)
     shared_concept: bool = False
+    standardize: bool = True
 
 
 class Split(_Model):
@@ -132,7 +133,7 @@ Injection = Annotated[Union[CovariateRotation, CovariateScale, LabelFlip], Field
 class PriorShift(_Model):
     """Class-prior shift by resampling from fraction ``start`` of each client's stream."""
     start: float = Field(ge=0, le=1)
-    class_weights: dict[str, float]
+    class_weights: dict[Union[int, str], Annotated[float, Field(ge=0)]]
 
 
 class TableSourceBase(_Model):
@@ -195,9 +196,20 @@ class SweepConfig(_Model):
     ``parameters`` maps dotted field paths (e.g. ``source.clients``) to lists of
     values; ``labels`` optionally names the values of one parameter for plots.
     """
-    parameters: dict[str, list[Any]] = Field(min_length=1)
+    parameters: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(min_length=1)
     labels: dict[str, list[str]] = Field(default_factory=dict)
     metric: Literal["regret_expected", "regret_static", "regret_dynamic"] = "regret_expected"
+
+    @model_validator(mode="after")
+    def _check(self):
+        if "source.clients" not in self.parameters:
+            raise ValueError("sweep.parameters must include source.clients: the comparison plot is regret against M")
+        for key, names in self.labels.items():
+            if key not in self.parameters:
+                raise ValueError(f"sweep.labels.{key} names a parameter that is not swept")
+            if len(names) != len(self.parameters[key]):
+                raise ValueError(f"sweep.labels.{key} has {len(names)} labels for {len(self.parameters[key])} values")
+        return self
 
 
 Baseline = Literal["tau1", "local", "centralized", "river"]
@@ -206,15 +218,32 @@ Baseline = Literal["tau1", "local", "centralized", "river"]
 class ExperimentConfig(_Model):
     """A whole experiment."""
     name: str = "default"
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     steps: int | None = Field(2000, ge=1)
-    source: Source = Field(default_factory=lambda: SyntheticSource(kind="synthetic"))
+    source: Source = Field(default_factory=lambda: SyntheticSource.model_validate(DEFAULT_SOURCE))
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     baselines: list[Baseline] = Field(default_factory=lambda: ["tau1", "local", "centralized", "river"])
     output: OutputConfig = Field(default_factory=OutputConfig)
     chunk_size: int = Field(256, ge=1)
     reservoir_size: int = Field(4096, ge=16)
     sweep: SweepConfig | None = None
+
+    @model_validator(mode="after")
+    def _steps_for_generators(self):
+        if self.steps is None and self.source.kind in ("synthetic", "river_synth"):
+            raise ValueError("steps: a generator has no natural end; set steps to the number of steps T")
+        if self.sweep is not None:
+            src = self.source
+            if self.sweep.metric == "regret_expected" and not (src.kind == "synthetic" and src.task == "least_squares"):
+                raise ValueError("sweep.metric: regret_expected is tracked at every step only for synthetic least "
+                                 "squares; use regret_dynamic (synthetic) or regret_static")
+            if self.sweep.metric == "regret_dynamic" and src.kind != "synthetic":
+                raise ValueError("sweep.metric: regret_dynamic needs a synthetic source; use regret_static")
+        return self
+
+
+DEFAULT_SOURCE = {"kind": "synthetic", "task": "logistic", "clients": 8, "dim": 10, "heterogeneity": 0.5,
+                  "radius": 2.0, "drift": [{"kind": "rotation", "speed": 0.0005}, {"kind": "abrupt", "at": [1200]}]}
 
 
 def default_config() -> ExperimentConfig:
@@ -224,8 +253,7 @@ def default_config() -> ExperimentConfig:
         "name": "default",
         "seed": 0,
         "steps": 2000,
-        "source": {"kind": "synthetic", "task": "logistic", "clients": 8, "dim": 10, "heterogeneity": 0.5,
-                   "radius": 2.0, "drift": [{"kind": "rotation", "speed": 0.0005}, {"kind": "abrupt", "at": [1200]}]},
+        "source": DEFAULT_SOURCE,
         "learner": {"tau": 10, "step_size": {"kind": "constant", "eta": 0.05}},
     })
 
@@ -236,6 +264,10 @@ def _format_error(err: ValidationError) -> str:
         "synthetic", "river_synth", "river_dataset", "file", "abrupt", "rotation", "linear", "periodic",
         "random_walk", "adaptive", "covariate_rotation", "covariate_scale", "label_flip"}))
     msg = e["msg"]
+    if e["type"] == "value_error":          # our own validators: the message names the field
+        msg = msg.removeprefix("Value error, ")
+        return f"config error: {msg}" if msg.split(":")[0].split(".")[0] in (loc.split(".")[0], "steps", "sweep") \
+            else f"config error: {loc or 'file'}: {msg}"
     if e["type"] == "extra_forbidden":
         msg = "unknown field"
     got = e.get("input")

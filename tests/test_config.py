@@ -42,3 +42,29 @@ def test_example_configs_validate():
     assert len(examples) >= 3
     for path in examples:
         load_config(path)
+
+
+def test_an_empty_file_is_the_default_experiment():
+    assert parse_config({}) == default_config()
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"steps": None}, "config error: steps: a generator has no natural end; set steps to the number of steps T"),
+    ({"seed": -1}, "config error: seed: Input should be greater than or equal to 0 (got -1)"),
+    ({"sweep": {"parameters": {"learner.tau": [1, 10]}}},
+     "config error: sweep.parameters must include source.clients: the comparison plot is regret against M"),
+    ({"sweep": {"parameters": {"source.clients": [1, 4]}, "labels": {"source.clients": ["one"]}}},
+     "config error: sweep.labels.source.clients has 1 labels for 2 values"),
+    ({"sweep": {"parameters": {"source.clients": []}}},
+     "config error: sweep.parameters.source.clients: List should have at least 1 item after validation, not 0"),
+])
+def test_cross_field_rules(data, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert str(err.value) == message
+
+
+def test_prior_shift_accepts_integer_class_keys():
+    cfg = parse_config({"steps": None, "source": {"kind": "river_dataset", "name": "Phishing",
+                                                  "prior_shift": {"start": 0.5, "class_weights": {1: 5.0}}}})
+    assert cfg.source.prior_shift.class_weights == {1: 5.0}

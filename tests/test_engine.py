@@ -23,7 +23,7 @@ def test_results_do_not_depend_on_chunking_and_replay_exactly(tmp_path, task):
     c = run_experiment(small(task, chunk_size=256), tmp_path / "c", plots=False)
     ma, mb, mc = (pd.read_csv(tmp_path / k / "metrics.csv") for k in "abc")
     pd.testing.assert_frame_equal(ma, mc)           # same seed → identical numbers
-    for col in ["loss", "cum_loss", "cum_loss_local", "regret_expected", "regret_dynamic", "sigma2", "K2"]:
+    for col in ["loss", "cum_loss", "cum_loss_local", "regret_static", "regret_expected", "regret_dynamic", "sigma2", "K2"]:
         np.testing.assert_allclose(ma[col], mb[col], rtol=1e-10, atol=1e-12, err_msg=col)
     assert a["regret_static"] == pytest.approx(b["regret_static"], rel=1e-8)
 
@@ -71,3 +71,11 @@ def test_river_per_client_baseline_equals_local_only_sgd(tmp_path, task, kind):
     s = run_experiment(cfg, tmp_path / "r", plots=False)
     assert s["cum_loss"]["river"] == pytest.approx(s["cum_loss"]["local"], rel=1e-9)
     assert s["cum_loss"]["fedsea"] != pytest.approx(s["cum_loss"]["local"], rel=1e-6)
+
+
+def test_divergence_is_one_clear_error(tmp_path):
+    from streamfl.runtime.engine import DivergenceError
+    cfg = parse_config({"steps": 400, "source": {"kind": "synthetic", "task": "least_squares", "drift": []},
+                        "learner": {"step_size": {"eta": 5}}, "baselines": []})
+    with pytest.raises(DivergenceError, match=r"learner 'fedsea' diverged at step t=\d+ \(its loss is inf or NaN\); lower"):
+        run_experiment(cfg, tmp_path / "d", plots=False)

@@ -54,7 +54,7 @@ def test_friedman_drift_is_least_squares():
 
 
 def test_categorical_features_and_softmax():
-    mv = RiverSynthStream("Mv", n_clients=2, n_steps=30)
+    mv = RiverSynthStream("Mv", n_clients=2, n_steps=30, standardize=False)
     assert mv.task == "least_squares"
     onehot = [n for n in mv.feature_names_ if n.startswith("3=")]
     assert onehot == sorted(onehot) and len(onehot) >= 2
@@ -89,3 +89,14 @@ def test_error_messages():
     with pytest.raises(ValueError, match="produced only 100 samples"):
         RiverSynthStream("AnomalySine", n_clients=2, n_steps=150, params={"n_samples": 100, "n_anomalies": 10,
                                                                          "n_contextual": 10})
+
+
+def test_features_are_standardised_by_default():
+    # Agrawal's salary is of order 1e5: unscaled, a logistic model's losses explode.
+    s = RiverSynthStream("Agrawal", n_clients=2, n_steps=200)
+    X, _ = _collect(s)
+    body = X[..., :-1].reshape(-1, X.shape[-1] - 1)           # all but the intercept
+    np.testing.assert_allclose(body.mean(axis=0), 0.0, atol=1e-9)
+    np.testing.assert_allclose(body.std(axis=0)[body.std(axis=0) > 0], 1.0, rtol=1e-9)
+    raw = RiverSynthStream("Agrawal", n_clients=2, n_steps=200, standardize=False)
+    assert np.abs(_collect(raw)[0]).max() > 1e4

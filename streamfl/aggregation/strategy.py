@@ -41,11 +41,19 @@ class FedAvg(Strategy):
     ----------
     weighting : {"uniform", "samples"}
         ``uniform`` is FedSEA's (1/M) Σ_m x_{t,m}; ``samples`` weighs each
-        client by the samples it saw in the round (FedAvg). A round in which no
-        client saw a sample keeps the current models.
+        client by the samples it saw in the round (FedAvg).
+
+    Clients that saw no sample in the round (their stream has ended or not
+    begun: real tables of unequal length) do not take part: the average is
+    over the participating clients (partial participation, as in FedAvg), so
+    stale models do not drag the global model. A round in which no client saw
+    a sample keeps the current models. With every client present this is
+    exactly FedSEA's average.
 
     >>> import numpy as np
     >>> FedAvg().aggregate(np.array([[[0.0]], [[2.0]]]), np.array([1, 1]))
+    array([[1.]])
+    >>> FedAvg().aggregate(np.array([[[0.0]], [[2.0]], [[9.0]]]), np.array([1, 1, 0]))   # client 2 sat out
     array([[1.]])
     """
 
@@ -55,10 +63,11 @@ class FedAvg(Strategy):
         self.weighting = weighting
 
     def aggregate(self, W, n_samples):
-        if self.weighting == "uniform":
-            return weighted_average(W)
-        if np.sum(n_samples) == 0:
+        taking_part = np.asarray(n_samples) > 0
+        if not taking_part.any():
             return None
+        if self.weighting == "uniform":
+            return weighted_average(W) if taking_part.all() else weighted_average(W, taking_part.astype(np.float64))
         return weighted_average(W, n_samples)
 
 

@@ -148,6 +148,10 @@ class RiverSynthStream(Stream):
         step ≈ P / b per client by default but at step ≈ P / (M·b) here.
     intercept : bool
         Append a constant-1 feature last (``has_intercept``).
+    standardize : bool
+        z-score every feature with the mean and standard deviation of all
+        drawn samples (default), so generators whose features come in large
+        units (Agrawal's salaries) are usable with the same step sizes.
     task : {"least_squares", "logistic", "softmax"} or None
         ``None`` infers it from the labels: float → "least_squares"; boolean
         or 2 classes → "logistic"; more classes → "softmax".
@@ -199,6 +203,7 @@ class RiverSynthStream(Stream):
         shared_concept: bool = False,
         intercept: bool = True,
         task: str | None = None,
+        standardize: bool = True,
     ):
         owner = "RiverSynthStream"
         cls = _lookup(name)
@@ -212,6 +217,7 @@ class RiverSynthStream(Stream):
             raise _param_error("params", owner, "a dict of constructor arguments or None", params)
         shared_concept = _check_bool(shared_concept, "shared_concept", owner)
         intercept = _check_bool(intercept, "intercept", owner)
+        standardize = _check_bool(standardize, "standardize", owner)
         task = _check_choice(task, "task", owner, _TASKS, allow_none=True)
 
         # ---- draw samples ----------------------------------------------------
@@ -245,6 +251,12 @@ class RiverSynthStream(Stream):
                 code = {c: i for i, c in enumerate(cats)}
                 columns.append(np.eye(len(cats))[[code[v] for v in values]])
                 names.extend(f"{key}={c}" for c in cats)
+        if standardize and columns:
+            # z-score with the statistics of all drawn samples (River's features
+            # come in their own units, e.g. salaries of order 1e5)
+            raw = np.concatenate(columns, axis=1)
+            std = raw.std(axis=0)
+            columns = [(raw - raw.mean(axis=0)) / np.where(std > 0, std, 1.0)]
         if intercept:
             columns.append(np.ones((len(samples), 1)))
             names.append("intercept")

@@ -220,18 +220,20 @@ class ReservoirHindsight:
         self.total_weight = 0.0
         self.total_loss = 0.0
 
-    def update(self, X, y, c, learner_loss):
-        """Absorb a chunk; return the estimated comparator loss after each step.
+    def update(self, X, y, c, learner_loss, refit: bool = True):
+        """Absorb steps; return the estimated comparator loss after each step.
 
         Parameters
         ----------
         X : (n, M, b, d); y : (n, M, b); c : (n, M) network weights;
         learner_loss : (n, M) the learner's mini-batch loss f(x_{t,m}, ξ_{t,m}).
+        refit : bool
+            Refit x̂ on the reservoir after absorbing these steps.
 
         Returns
         -------
         ndarray (n,): Σ_{s≤t} Σ_m c f(x_{s,m}, ξ_{s,m}) minus the estimated regret,
-        using the fit from before this chunk; then the model is refitted.
+        using the latest fit made *before* these steps (NaN before the first fit).
         """
         n, M, b, d = X.shape
         w = np.repeat((c / b)[..., None], b, axis=2).reshape(-1)
@@ -239,6 +241,7 @@ class ReservoirHindsight:
         cum_w = self.total_weight + np.cumsum(c.sum(axis=1))
         cum_l = self.total_loss + np.cumsum(np.einsum("nm,nm->n", c, learner_loss))
         self.total_weight, self.total_loss = cum_w[-1], cum_l[-1]
+        estimate = cum_l - cum_w * self.mean_gap
         keep = w > 0
         keys = self.rng.random(w.shape)[keep] ** (1.0 / w[keep])
         allk = np.concatenate([self.keys, keys])
@@ -247,15 +250,29 @@ class ReservoirHindsight:
         self.y = np.concatenate([self.y, y.reshape(-1)[keep]])[top]
         self.lo = np.concatenate([self.lo, lo[keep]])[top]
         self.keys = allk[top]
-        first = not np.isfinite(self.mean_gap)
-        if len(self.y):
+        if refit and len(self.y):
             uw = np.full(len(self.y), 1.0 / len(self.y))
             self.theta, mean_comp = solve_hindsight(
                 self.task, lambda: [(self.X, self.y, uw)], self.shape, self.radius, x0=self.theta)
-            gap = float(np.mean(self.lo)) - mean_comp
-            if first:
-                self.mean_gap = gap
-            estimate = cum_l - cum_w * self.mean_gap
-            self.mean_gap = gap
-            return estimate
-        return np.full(n, np.nan)
+            self.mean_gap = float(np.mean(self.lo)) - mean_comp
+        return estimate
+
+
+def refit_points(t0: int, n: int, every: int = 256) -> list[int]:
+    """Offsets (1..n) inside steps t0+1..t0+n after which the reservoir is refitted.
+
+    Refits happen at steps 16, 32, 64, 128 and then every ``every`` steps, on
+    absolute step numbers, so the live estimate does not depend on chunking.
+
+    >>> refit_points(0, 300)
+    [16, 32, 64, 128, 256, 300]
+    >>> refit_points(300, 300)
+    [212, 300]
+    """
+    marks = [t for t in (16, 32, 64, 128) if t0 < t <= t0 + n]
+    first = max(every, (t0 // every + 1) * every)
+    marks += list(range(first, t0 + n + 1, every))
+    points = sorted(m - t0 for m in set(marks))
+    if not points or points[-1] != n:
+        points.append(n)             # close the segment; refit only at real marks
+    return points

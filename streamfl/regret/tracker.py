@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .comparators import LeastSquaresHindsight, ReservoirHindsight, solve_hindsight
+from .comparators import LeastSquaresHindsight, ReservoirHindsight, refit_points, solve_hindsight
 from .heterogeneity import empirical_estimates, population_estimates
 
 
@@ -79,6 +79,7 @@ class RegretTracker:
         self.client_columns = client_columns
         self.cum = {name: 0.0 for name in self.learners}
         self.client_cum = np.zeros(self.M)
+        self.client_steps = np.zeros(self.M)
         self.state = LiveState()
         self.total_weight = 0.0
         self.second_moment = np.zeros((self.d, self.d))
@@ -105,7 +106,7 @@ class RegretTracker:
         self.u_prev = None
         self.prev_optima = None
         self.prev_batch = None
-        T = stream.n_steps
+        T = self.T = stream.n_steps
         self.checkpoints = set(np.unique(np.geomspace(max(1, T / 2**15), T, 16).astype(int)).tolist())
         self.checkpoint_loss = {}
         self.checkpoint_regret = {}
@@ -130,7 +131,8 @@ class RegretTracker:
         main learner), ``cum_loss``, ``cum_loss_<baseline>``, ``gap_<baseline>``,
         ``comparator_static``, ``regret_static``, ``regret_expected``,
         ``regret_dynamic``, ``sigma2``, ``zeta2``, ``K2``, and per client
-        ``client<m>_cum_loss`` and (least squares) ``client<m>_regret_static``.
+        ``client<m>_cum_loss``, ``client<m>_avg_loss`` (over the steps the
+        client was present) and (least squares) ``client<m>_regret_static``.
         """
         n = chunk.n_steps
         c = chunk.weights()
@@ -162,7 +164,15 @@ class RegretTracker:
             comp, client_comp = self.hindsight.update(chunk.X, chunk.y, c, present)
             client_regret = client_cum - client_comp
         else:
-            comp = self.reservoir.update(chunk.X, chunk.y, c, losses[self.main])
+            comp = np.empty(n)
+            start = 0
+            for stop in refit_points(chunk.t0, n):
+                marks = chunk.t0 + stop
+                refit = marks in (16, 32, 64, 128) or marks % 256 == 0 or marks == self.T
+                part = chunk.slice(start, stop)
+                comp[start:stop] = self.reservoir.update(part.X, part.y, c[start:stop],
+                                                         losses[self.main][start:stop], refit)
+                start = stop
             self._spool(chunk, c, ts)
         cols["comparator_static"] = comp
         cols["regret_static"] = cum[self.main] - comp
@@ -192,9 +202,14 @@ class RegretTracker:
             self.het_sums[i] += v[ok].sum()
             self.het_counts[i] += ok.sum()
 
+        client_steps = self.client_steps + np.cumsum(present, axis=0)
+        self.client_steps = client_steps[-1].copy()
         if self.client_columns:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                client_avg = np.where(client_steps > 0, client_cum / np.maximum(client_steps, 1), np.nan)
             for m in range(self.M):
                 cols[f"client{m}_cum_loss"] = client_cum[:, m]
+                cols[f"client{m}_avg_loss"] = client_avg[:, m]
             if client_regret is not None:
                 for m in range(self.M):
                     cols[f"client{m}_regret_static"] = client_regret[:, m]

@@ -354,7 +354,7 @@ def plot_regret(df: pd.DataFrame, summary: Mapping | None, path: str | Path) -> 
     for col, label, colour in _COMPARATORS:
         if not _has_data(thin, col):
             continue
-        if col == "regret_static" and len(ck_t):
+        if col == "regret_static" and len(ck_t) and "sufficient statistics" not in str(summary.get("regret_static_method", "")):
             label += " (live estimate)"
         ax.plot(t, thin[col].to_numpy(dtype=float), color=colour, linewidth=1.8, label=label, zorder=3)
         drawn += 1
@@ -433,7 +433,7 @@ def plot_regret_over_sqrt_t(df: pd.DataFrame, summary: Mapping | None, path: str
     for col, label, colour in _COMPARATORS:
         if not _has_data(thin, col):
             continue
-        if col == "regret_static" and len(ck_t):
+        if col == "regret_static" and len(ck_t) and "sufficient statistics" not in str(summary.get("regret_static_method", "")):
             label += " (live estimate)"
         ax.plot(t, thin[col].to_numpy(dtype=float) / root, color=colour, linewidth=1.8, label=label)
         drawn += 1
@@ -498,7 +498,9 @@ def plot_client_losses(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     individual = len(shown) <= 8
     values = [network]
     for i, (m, col) in enumerate(shown):
-        y = thin[col].to_numpy(dtype=float) / t
+        avg = col.replace("_cum_loss", "_avg_loss")
+        # clients of real tables can end early: average over the steps each client was present
+        y = thin[avg].to_numpy(dtype=float) if avg in thin else thin[col].to_numpy(dtype=float) / t
         values.append(y)
         colour = palette(i / max(1, len(shown) - 1) * 0.9)
         ax.plot(t, y, color=colour, linewidth=0.8, alpha=0.75,

@@ -18,6 +18,10 @@ from typing import Callable
 import numpy as np
 
 
+class DivergenceError(ValueError):
+    """A learner's loss became inf or NaN; the message names the learner and step."""
+
+
 def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256,
                on_chunk: Callable | None = None) -> None:
     """Run every learner over the stream, test-then-train, and track regret.
@@ -34,21 +38,34 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
         Steps per chunk (memory/latency trade-off; results do not depend on it).
     on_chunk : callable(tracker) or None
         Called after every chunk (live view, progress).
+
+    Raises
+    ------
+    DivergenceError
+        When any learner's loss becomes inf or NaN (too large a step size).
     """
     M = stream.n_clients
     for chunk in stream.chunks(chunk_size):
         n = chunk.n_steps
         losses = {name: np.empty((n, M)) for name in learners}
         played = np.empty((n,) + learners[main].models.shape)
-        for i in range(n):
-            t = chunk.t0 + i + 1
-            X, y = chunk.X[i], chunk.y[i]
-            mask = None if chunk.mask is None else chunk.mask[i]
-            played[i] = learners[main].models
-            for name, learner in learners.items():
-                losses[name][i] = learner.step(X, y, t, mask)
-            if stream.adaptive:
-                stream.observe(learners[main].models[..., 0])
+        with np.errstate(over="ignore", invalid="ignore"):   # divergence is reported below, once
+            for i in range(n):
+                t = chunk.t0 + i + 1
+                X, y = chunk.X[i], chunk.y[i]
+                mask = None if chunk.mask is None else chunk.mask[i]
+                played[i] = learners[main].models
+                for name, learner in learners.items():
+                    losses[name][i] = learner.step(X, y, t, mask)
+                if stream.adaptive:
+                    stream.observe(learners[main].models[..., 0])
+        for name, value in losses.items():
+            bad = ~np.isfinite(value).all(axis=1)
+            if bad.any():
+                t = chunk.t0 + int(np.argmax(bad)) + 1
+                raise DivergenceError(
+                    f"learner '{name}' diverged at step t={t} (its loss is inf or NaN); "
+                    f"lower learner.step_size.eta, use a decaying step size, or set learner.radius")
         tracker.update(chunk, losses, played)
         if on_chunk is not None:
             on_chunk(tracker)

@@ -40,13 +40,14 @@ def build_stream(cfg: ExperimentConfig):
         for d in src.drift:
             kw = d.model_dump(exclude={"kind"})
             drift.append(S.SCHEDULES[d.kind](**kw))
-        return SyntheticStream(src.task, n_clients=src.clients, n_features=src.dim, n_steps=cfg.steps or 2000,
+        return SyntheticStream(src.task, n_clients=src.clients, n_features=src.dim, n_steps=cfg.steps,
                                batch_size=b, noise=src.noise, heterogeneity=src.heterogeneity, radius=src.radius,
                                feature_scale=src.feature_scale, drift=drift, seed=cfg.seed)
     if src.kind == "river_synth":
         from ..generators.river_synth import RiverSynthStream
-        return RiverSynthStream(src.name, n_clients=src.clients, n_steps=cfg.steps or 1000, batch_size=b,
-                                seed=cfg.seed, params=src.params, shared_concept=src.shared_concept)
+        return RiverSynthStream(src.name, n_clients=src.clients, n_steps=cfg.steps, batch_size=b,
+                                seed=cfg.seed, params=src.params, shared_concept=src.shared_concept,
+                                standardize=src.standardize)
     from ..generators import inject as I
     from ..generators.tabular import TableStream, load_river_dataset, load_table_file
     if src.kind == "river_dataset":

@@ -14,6 +14,8 @@ from rich.table import Table
 def _fmt(x) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "—"
+    if x != 0 and abs(x) < 1e-2:
+        return f"{x:.3g}"
     return f"{x:,.3f}" if abs(x) < 1e5 else f"{x:,.4g}"
 
 

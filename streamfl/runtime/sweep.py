@@ -30,21 +30,26 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True) -> 
     keys = list(sweep.parameters)
     combos = list(itertools.product(*(range(len(sweep.parameters[k])) for k in keys)))
     rows, curves = [], []
+    # Build and validate every combination before running any, so a bad value
+    # stops the sweep at once instead of after hours of runs.
+    plan = []
+    for idx in combos:
+        data, parts, label_parts, M = base, [], [], None
+        for k, i in zip(keys, idx):
+            value = sweep.parameters[k][i]
+            data = apply_override(data, k, value)
+            names = sweep.labels.get(k)
+            text = names[i] if names else f"{k.split('.')[-1]}={value}"
+            parts.append(text.replace(" ", "_").replace("=", "-"))
+            if k == "source.clients":
+                M = value
+            else:
+                label_parts.append(text)
+        sub = parse_config({**data, "name": f"{cfg.name}-{'-'.join(parts)}"})
+        plan.append((sub, parts, label_parts, M))
     with Progress(console=console, disable=not live) as progress:
         task = progress.add_task(f"sweep {cfg.name}", total=len(combos))
-        for idx in combos:
-            data, parts, label_parts, M = base, [], [], None
-            for k, i in zip(keys, idx):
-                value = sweep.parameters[k][i]
-                data = apply_override(data, k, value)
-                names = sweep.labels.get(k)
-                text = names[i] if names and i < len(names) else f"{k.split('.')[-1]}={value}"
-                parts.append(text.replace(" ", "_").replace("=", "-"))
-                if k == "source.clients":
-                    M = value
-                else:
-                    label_parts.append(text)
-            sub = parse_config({**data, "name": f"{cfg.name}-{'-'.join(parts)}"})
+        for sub, parts, label_parts, M in plan:
             summary = run_experiment(sub, root / "-".join(parts), plots=False)
             df = pd.read_csv(root / "-".join(parts) / summary["metrics_file"], usecols=["t", sweep.metric]) \
                 if summary["metrics_file"].endswith(".csv") else \
