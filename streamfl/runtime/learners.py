@@ -78,8 +78,9 @@ class Federated:
 class Centralized:
     """One learner on the pooled stream, sample by sample (see module doc).
 
-    At step t it takes the M·b pooled samples one after another, each tested
-    then trained on with step size η_t / (M·b). Over a step it therefore moves
+    At step t it takes the pooled samples of the clients present (M·b when
+    all are) one after another, each tested then trained on with step size
+    η_t / (number of pooled samples). Over a step it therefore moves
     as far as one averaged FedSEA round of mini-batch steps with η_t (to first
     order), so the comparison isolates *when* information is shared, not how
     large the steps are.
@@ -98,7 +99,8 @@ class Centralized:
     def step(self, X, y, t, mask=None):
         M, b, _ = X.shape
         losses = np.zeros(M)
-        self.scale = 1.0 / (M * b)
+        present = M if mask is None else int(mask.sum())
+        self.scale = 1.0 / (max(present, 1) * b)
         for m in range(M):
             if mask is not None and not mask[m]:
                 continue
