@@ -10,11 +10,41 @@ embedded engine does. The run folder is the embedded one: ``config.yaml``,
 ``metrics.csv``/``.parquet``, ``summary.json`` and ``plots/``.
 
 Only the FedSEA learner runs over Kafka (no baselines).
+
+Prometheus metrics
+------------------
+With ``metrics_port`` (``streamfl track --metrics-port 9464``, or the
+environment variable ``STREAMFL_METRICS_PORT`` for ``streamfl run --broker``)
+the tracker serves these gauges on ``http://HOST:PORT/metrics``
+(:class:`TrackerMetrics`; all carry the label ``run_id``):
+
+==================================  =========================================================
+``streamfl_regret{comparator}``     cumulative regret (nats) per comparator: ``static``,
+                                    ``expected``, ``dynamic``; live values after every chunk
+                                    of steps, the exact end-of-run values once finished
+``streamfl_cumulative_loss``        Σ_t network loss of FedSEA (nats)
+``streamfl_step``                   t, steps tracked so far
+``streamfl_rounds``                 rounds completed (all LOSS records of step rτ received)
+``streamfl_samples_per_second``     client-samples tracked per second since the tracker started
+``streamfl_loss_consumer_lag``      LOSS records written but not yet read by the tracker
+``streamfl_round_latency_seconds``  wall time between the tracker receiving the last LOSS
+                                    record of step (r−1)τ and of step rτ for the latest round
+                                    r, i.e. how long one round of τ steps takes end to end
+``streamfl_dead_letters``           records on the run's dead-letter topic (end − start offset)
+``streamfl_finished``               1 once the summary is written, else 0
+==================================  =========================================================
+
+Lag and dead letters are refreshed at most every 0.5 s; the others per
+received record or per chunk.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -30,6 +60,74 @@ from streamfl.transport.topics import Topics, make_reader
 
 class TrackerError(RuntimeError):
     """The tracker cannot continue; one-line message."""
+
+
+class TrackerMetrics:
+    """The tracker's Prometheus gauges (see the module doc), served over HTTP on their own registry.
+
+    Parameters
+    ----------
+    port : int
+        TCP port; 0 picks a free one (see :attr:`port`).
+    run_id : str
+        Value of the ``run_id`` label.
+    addr : str
+        Listen address (default all interfaces).
+
+    Raises
+    ------
+    OSError
+        The port is taken.
+    """
+
+    COMPARATORS = ("static", "expected", "dynamic")
+
+    def __init__(self, port: int, run_id: str, addr: str = "0.0.0.0"):
+        from prometheus_client import CollectorRegistry, Gauge, start_http_server
+        self.registry = CollectorRegistry()
+        self.run_id = run_id
+
+        def gauge(name, doc, labels=()):
+            return Gauge(name, doc, ["run_id", *labels], registry=self.registry)
+
+        self.regret = gauge("streamfl_regret", "Cumulative regret of FedSEA per comparator (nats)", ["comparator"])
+        self.cum_loss = gauge("streamfl_cumulative_loss", "Cumulative network loss of FedSEA (nats)")
+        self.step = gauge("streamfl_step", "Steps tracked so far")
+        self.rounds = gauge("streamfl_rounds", "Averaging rounds whose last step the tracker has received")
+        self.sps = gauge("streamfl_samples_per_second", "Client-samples tracked per second since the tracker started")
+        self.lag = gauge("streamfl_loss_consumer_lag", "LOSS records not yet read by the tracker")
+        self.round_latency = gauge("streamfl_round_latency_seconds",
+                                   "Seconds between the last LOSS of step (r-1)tau and of step r*tau, latest round")
+        self.dead = gauge("streamfl_dead_letters", "Records on the run's dead-letter topic")
+        self.finished = gauge("streamfl_finished", "1 once the run's summary is written")
+        for g in (self.cum_loss, self.step, self.rounds, self.sps, self.lag, self.dead, self.finished):
+            g.labels(run_id).set(0)
+        for c in self.COMPARATORS:
+            self.regret.labels(run_id, c).set(float("nan"))
+        self.round_latency.labels(run_id).set(float("nan"))
+        self.server, self.thread = start_http_server(port, addr, registry=self.registry)
+
+    @property
+    def port(self) -> int:
+        """The port actually bound."""
+        return self.server.server_port
+
+    def set(self, gauge, value, *labels) -> None:
+        """Set ``gauge`` for this run (None is stored as NaN)."""
+        gauge.labels(self.run_id, *labels).set(float("nan") if value is None else float(value))
+
+    def set_regrets(self, regrets: dict) -> None:
+        """Set ``streamfl_regret`` from a {comparator: value} mapping."""
+        for c in self.COMPARATORS:
+            if c in regrets:
+                self.set(self.regret, regrets[c], c)
+
+    def close(self) -> None:
+        """Stop serving (idempotent)."""
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
 
 
 class LossAssembler:
@@ -86,7 +184,8 @@ class LossAssembler:
 
 def track(cfg, stream, bootstrap: str, run_id: str, run_dir: Path, on_chunk: Callable | None = None,
           check: Callable[[], None] | None = None, timeout: float = 60.0, plots: bool | None = None,
-          extra: dict | None = None) -> dict:
+          extra: dict | None = None, metrics_port: int | None = None, metrics: TrackerMetrics | None = None,
+          metrics_linger: float = 0.0) -> dict:
     """Consume the run's LOSS topic until step T and write the run folder.
 
     Parameters
@@ -107,6 +206,15 @@ def track(cfg, stream, bootstrap: str, run_id: str, run_dir: Path, on_chunk: Cal
         Override ``cfg.output.plots``.
     extra : dict or None
         Added to ``summary.json`` (transport details).
+    metrics_port : int or None
+        Serve Prometheus gauges on this port while tracking (0 = any free
+        port); default: the environment variable ``STREAMFL_METRICS_PORT``,
+        else no metrics.
+    metrics : TrackerMetrics or None
+        Use these gauges instead (the caller owns and closes them).
+    metrics_linger : float
+        Seconds to keep serving after the summary is written (so a scraper
+        gets the final values), when this call started the server.
 
     Returns
     -------
@@ -114,6 +222,27 @@ def track(cfg, stream, bootstrap: str, run_id: str, run_dir: Path, on_chunk: Cal
         The summary, with the same keys as :func:`streamfl.runtime.experiment.run_experiment`.
     """
     run_dir = Path(run_dir)
+    topics = Topics(run_id)
+    own_metrics = False
+    if metrics is None:
+        if metrics_port is None and os.environ.get("STREAMFL_METRICS_PORT"):
+            metrics_port = int(os.environ["STREAMFL_METRICS_PORT"])
+        if metrics_port is not None:
+            try:
+                metrics = TrackerMetrics(metrics_port, run_id)
+            except OSError as e:
+                raise TrackerError(f"cannot serve metrics on port {metrics_port}: {e.strerror or e}") from None
+            own_metrics = True
+    try:
+        return _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, timeout, plots, extra, metrics)
+    finally:
+        if own_metrics:
+            if metrics_linger > 0:
+                time.sleep(metrics_linger)
+            metrics.close()
+
+
+def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, timeout, plots, extra, metrics):
     M = stream.n_clients
     K = stream.n_classes if stream.task == "softmax" else 1
     sink = MetricsSink(run_dir, cfg.output.format)
@@ -121,8 +250,10 @@ def track(cfg, stream, bootstrap: str, run_id: str, run_dir: Path, on_chunk: Cal
                             spool_dir=str(run_dir / "spool"), reservoir_size=cfg.reservoir_size, seed=cfg.seed,
                             client_columns=cfg.output.client_columns)
     assembler = LossAssembler(M, stream.n_features, K)
-    reader = make_reader(bootstrap, f"streamfl-{run_id}-tracker", Topics(run_id).loss)
+    reader = make_reader(bootstrap, f"streamfl-{run_id}-tracker", topics.loss)
     started = time.perf_counter()
+    tau = cfg.learner.tau
+    watch = _Watch(reader, topics, metrics, tau, M)
     try:
         last = time.monotonic()
         for chunk in stream.chunks(cfg.chunk_size):
@@ -138,9 +269,11 @@ def track(cfg, stream, bootstrap: str, run_id: str, run_dir: Path, on_chunk: Cal
                         if not isinstance(msg, Loss):
                             raise TrackerError(f"a {type(msg).__name__} record on the loss topic (offset {rec.offset})")
                         assembler.add(msg)
+                        watch.on_loss(assembler, msg.t)
                         got = True
                 if got:
                     last = time.monotonic()
+                watch.poll()
                 if check is not None:
                     check()
                 if time.monotonic() - last > timeout:
@@ -149,20 +282,22 @@ def track(cfg, stream, bootstrap: str, run_id: str, run_dir: Path, on_chunk: Cal
                                        f"{assembler.missing(t)}")
             losses, played = assembler.take(chunk.t0, n)
             tracker.update(chunk, {MAIN: losses}, played)
+            watch.on_chunk(tracker, time.perf_counter() - started)
             if on_chunk is not None:
                 on_chunk(tracker, stream)
+        dead_letters = _dead_letter_count(reader, topics)
+        watch.poll(force=True)          # final lag and dead-letter count, while the reader is open
     finally:
         reader.close()
         sink.close()
     elapsed = time.perf_counter() - started
     summary = tracker.finalize()
-    tau = cfg.learner.tau
     summary.update({
         "main": MAIN, "n_clients": M, "n_features": stream.n_features, "task": stream.task,
         "n_steps": tracker.state.t, "tau": tau, "rounds": 0 if tau is None else tracker.state.t // tau,
         "elapsed_seconds": elapsed, "samples_per_second": tracker.state.samples / max(elapsed, 1e-9),
         "config": json.loads(cfg.model_dump_json()), "run_dir": str(run_dir), "metrics_file": sink.path.name,
-        "gaps": {},
+        "gaps": {}, "dead_letters": dead_letters,
     })
     if extra:
         summary.update(extra)
@@ -170,4 +305,109 @@ def track(cfg, stream, bootstrap: str, run_id: str, run_dir: Path, on_chunk: Cal
     if cfg.output.plots if plots is None else plots:
         from streamfl.report.plots import render_run
         summary["plots"] = [str(p) for p in render_run(run_dir)]
+    if metrics is not None:
+        metrics.set_regrets({c: summary.get(f"regret_{c}") for c in TrackerMetrics.COMPARATORS})
+        metrics.set(metrics.cum_loss, summary["cum_loss"][MAIN])
+        metrics.set(metrics.sps, summary["samples_per_second"])
+        metrics.set(metrics.finished, 1)
     return summary
+
+
+def _dead_letter_count(reader, topics) -> int | None:
+    """Records on the run's dead-letter topic now (None if the broker does not say)."""
+    from kafka import TopicPartition
+    tp = TopicPartition(topics.dead, 0)
+    try:
+        return int(reader.end_offsets([tp])[tp] - reader.beginning_offsets([tp])[tp])
+    except Exception:
+        return None
+
+
+class _Watch:
+    """Feeds :class:`TrackerMetrics` from the tracking loop (no-op without metrics)."""
+
+    def __init__(self, reader, topics, metrics, tau, n_clients):
+        self.reader, self.topics, self.m, self.tau = reader, topics, metrics, tau
+        self.next_poll = 0.0
+        self.last_round = (0, None)          # (round, monotonic time its last LOSS arrived)
+        self.rounds_done = set()
+        if metrics is not None:
+            from kafka import TopicPartition
+            self.loss_tp, self.dead_tp = TopicPartition(topics.loss, 0), TopicPartition(topics.dead, 0)
+
+    def on_loss(self, assembler, t: int) -> None:
+        if self.m is None or not self.tau or t % self.tau or not assembler.complete(t):
+            return
+        r, now = t // self.tau, time.monotonic()
+        if r in self.rounds_done:
+            return
+        self.rounds_done.add(r)
+        prev_r, prev_time = self.last_round
+        if prev_time is not None and r == prev_r + 1:
+            self.m.set(self.m.round_latency, now - prev_time)
+        self.last_round = (r, now) if r > prev_r else self.last_round
+        self.m.set(self.m.rounds, len(self.rounds_done))
+
+    def on_chunk(self, tracker, elapsed: float) -> None:
+        if self.m is None:
+            return
+        st = tracker.state
+        self.m.set_regrets(st.regret)
+        self.m.set(self.m.cum_loss, st.cum_loss.get(MAIN))
+        self.m.set(self.m.step, st.t)
+        self.m.set(self.m.sps, st.samples / max(elapsed, 1e-9))
+
+    def poll(self, force: bool = False) -> None:
+        """Refresh lag and dead-letter count (broker round trip; at most every 0.5 s)."""
+        now = time.monotonic()
+        if self.m is None or (not force and now < self.next_poll):
+            return
+        self.next_poll = now + 0.5
+        try:
+            ends = self.reader.end_offsets([self.loss_tp, self.dead_tp])
+            starts = self.reader.beginning_offsets([self.dead_tp])
+            self.m.set(self.m.lag, max(0, ends[self.loss_tp] - self.reader.position(self.loss_tp)))
+            self.m.set(self.m.dead, ends[self.dead_tp] - starts[self.dead_tp])
+        except Exception:      # metrics must never stop the run
+            pass
+
+
+def main(argv=None) -> int:
+    """Entry point for a tracker on its own machine; exit 0, or 1 with ``error: tracker: …``."""
+    ap = argparse.ArgumentParser(description="Consume a run's LOSS topic, track regret and write the run folder.")
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--run-id", required=True)
+    ap.add_argument("--config", required=True, help="the run's experiment config (YAML)")
+    ap.add_argument("--out", required=True, help="run folder to write")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds without a LOSS record before failing")
+    ap.add_argument("--metrics-port", type=int, default=None)
+    ap.add_argument("--metrics-linger", type=float, default=0.0)
+    ap.add_argument("--no-plots", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        from streamfl.runtime.experiment import build_stream
+        from streamfl.transport.spec import kafka_unsupported, read_config
+        cfg = read_config(args.config)
+        stream = build_stream(cfg)
+        why = kafka_unsupported(cfg, stream)
+        if why:
+            raise ValueError(why)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        if not (out / "config.yaml").exists() or not (out / "config.yaml").samefile(args.config):
+            shutil.copyfile(args.config, out / "config.yaml")
+        summary = track(cfg, stream, args.bootstrap, args.run_id, out, timeout=args.timeout,
+                        plots=False if args.no_plots else None, metrics_port=args.metrics_port,
+                        metrics_linger=args.metrics_linger,
+                        extra={"transport": {"kind": "kafka", "broker": args.bootstrap, "run_id": args.run_id,
+                                             "topics": Topics(args.run_id).all(), "roles": "separate"}})
+        print(json.dumps({k: summary.get(k) for k in ("run_dir", "n_steps", "regret_static", "regret_expected",
+                                                       "regret_dynamic", "samples_per_second")}))
+        return 0
+    except Exception as e:
+        print(f"error: tracker: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

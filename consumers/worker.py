@@ -1,34 +1,91 @@
-"""A FedSEA worker: owns the clients of its data partitions and trains them online.
+"""A FedSEA worker: a member of the run's consumer group that trains the clients of its partitions online.
 
-Worker i of N reads the data partitions Kafka's range assignor would give the
-i-th of N group members (:func:`range_assignment`: consecutive blocks) and
-owns the clients m with m mod P in them. Partitions are assigned explicitly
-(``KafkaConsumer.assign``) under the run's group id, not through the group
-rebalance protocol: a worker's clients live in its memory, so ownership must
-never move mid-run, and kafka-python 3.0's eager rebalances (start-up joins,
-a finished worker leaving) proved able to stall a worker for the session
-timeout. For t = 1 … T the worker
+Ownership
+---------
+All workers of a run subscribe to the data topic in ONE consumer group
+(``streamfl.<run>.workers``, cooperative-sticky assignor). A worker owns the
+clients m whose partition m mod P the group assigned to it; ownership moves
+when workers join, leave or die, exactly as in Kafka Streams: the unit of
+state is the client, its changelog is the compacted state topic
+(:mod:`streamfl.transport.state`), and a worker that gets a partition restores
+that partition's clients from the changelog before it consumes their data.
 
-1. waits until it has the DATA record of step t for every client it owns;
-2. runs test-then-train for all of them at once (one :class:`StackedLinear`
-   whose rows are its clients — the same arithmetic as the embedded engine);
-3. publishes a LOSS record (the clients' losses and the models they played);
-4. if τ divides t, publishes an UPDATE (sum of its clients' models and their
-   number) for round r = t/τ, then blocks until the GLOBAL model of round r
-   arrives on the global topic and loads it into all its clients.
+Per owned client the worker keeps its model x (d, K), its last completed step
+t, the data offset from which its records of steps > t are read, and the
+highest step whose LOSS is already on the loss topic. Clients at the same
+next step are trained together (one :class:`StackedLinear` over their rows —
+the embedded engine's arithmetic, row by row). For each step s the worker
 
-The data wait and the barrier time out (``--timeout`` s) with a one-line
-error naming what is missing.
+1. waits until it has the DATA record of step s of a client;
+2. runs test-then-train for all its clients at step s at once;
+3. publishes a LOSS record for the clients whose step s is not yet reported;
+4. if τ divides s, sends the clients' models for round r = s/τ
+   (:class:`~streamfl.transport.format.RoundModels`) and holds them until
+   GLOBAL(r) arrives on the global topic; then loads it and checkpoints.
 
-Run as a process::
+A client never passes step rτ before it has round r's global model.
+
+Checkpoint protocol
+-------------------
+A checkpoint of client m at step t is a :class:`~streamfl.transport.format.ClientState`
+record (model, t, data offset, loss offset) on the state topic, key m,
+partition m mod P. It is written
+
+* at every round boundary t = rτ, right after GLOBAL(r) is loaded (all clients
+  then hold the same model — the natural checkpoint), and
+* at t = T (the final state; also every 100 steps when τ is unset).
+
+The worker flushes its producer (so every LOSS up to t is acknowledged),
+sends the state records, flushes again and checks that every record was
+acknowledged, and only then commits the consumer-group offsets of the data
+partitions (the smallest resume offset of each partition's clients). A failed
+commit (``CommitFailedError`` during a rebalance, a broker restart) is logged
+and ignored: the state record is the source of truth, committed offsets are
+advisory.
+
+On assignment of partition p (listener → main thread) the worker pauses p,
+reads the state topic's partition p to its end (watchdog: ``--restore-timeout``
+s without progress raises :class:`~streamfl.transport.state.RestoreStalled`),
+takes each client's latest checkpoint (none: zero model at t = 0, offset 0),
+scans the loss topic from the checkpoints' loss offset for steps already
+reported, seeks p to the smallest saved offset and resumes it. Replaying from
+the checkpoint gives the same numbers (streams and training are
+deterministic); LOSS records of already reported steps are not re-sent, and
+re-sent round models are ignored by the aggregator (keyed by client).
+
+On revocation (listener, on Kafka's IO thread) the worker flushes its producer
+— so the next owner's loss scan sees everything this worker reported — and
+the main thread then forgets the partition's clients. Records fetched for a
+partition not (yet) restored are dropped; they are read again after the seek.
+
+Liveness
+--------
+The main loop calls ``poll()`` every iteration, also while clients wait at the
+averaging barrier, so the member is never kicked out for not polling and
+rebalances complete; kafka-python's IO thread heartbeats
+(``session_timeout_ms`` 6 s, ``heartbeat_interval_ms`` 1 s, so a killed
+worker's partitions move within about 6-10 s). Partitions whose buffered
+records run more than a window ahead of their clients are paused (bounded
+memory while the producer is ahead). A worker exits 0 once the state topic
+holds a step-T checkpoint of every client of the run (the run is complete);
+an owned client without progress for ``--timeout`` s is a
+:class:`WorkerError` naming what is missing.
+
+Not handled: zombie fencing (a worker frozen past its session timeout that
+wakes up still believes it owns its clients; Kafka Streams fences it with
+transactions, which this worker does not use).
+
+Run as a process (``--worker-id`` names the member; ``--workers`` is accepted
+for compatibility and ignored — the group decides the assignment)::
 
     python -m consumers.worker --bootstrap 127.0.0.1:9092 --run-id abc \\
-        --config runs/x/config.yaml --partitions 4 --worker-id 0 --workers 2
+        --config runs/x/config.yaml --partitions 4 --worker-id 0
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -38,9 +95,11 @@ import time
 import numpy as np
 
 from streamfl.models import StackedLinear
-from streamfl.transport.format import Data, FormatError, Global, Loss, Update, decode, encode
+from streamfl.transport.format import ClientState, Data, FormatError, Global, Loss, RoundModels, decode, encode
 from streamfl.transport.spec import LearnerSpec
-from streamfl.transport.topics import Topics, clients_of, dead_letter, key_of, make_producer, make_reader, quiet_kafka_logs
+from streamfl.transport.state import (RestoreStalled, StateStore, create_state_topic, resilient_producer,
+                                      resilient_reader, send_states)
+from streamfl.transport.topics import Topics, clients_of, dead_letter, key_of, quiet_kafka_logs
 
 log = logging.getLogger("streamfl.worker")
 
@@ -166,8 +225,12 @@ class StepBuffer:
         return bool(self.k == 0 or self.received.min() >= n_steps)
 
 
+CHECKPOINT_EVERY = 100      # steps between checkpoints when τ is unset
+JOIN_POLL_MS = 10000        # poll timeout while a group join is pending (see Worker._join_pending)
+
+
 class Worker:
-    """One worker process (see the module doc).
+    """One worker process: a consumer-group member owning clients (see the module doc).
 
     Parameters
     ----------
@@ -178,121 +241,485 @@ class Worker:
     batch_size : int
         b.
     worker_id : int
-        0 ≤ id < n_workers; the Kafka client id is ``streamfl-<run>-worker-<id>``.
+        ≥ 0; names the member (Kafka client id ``streamfl-<run>-worker-<id>``) and its records.
     n_workers : int
-        N, the number of workers sharing the data partitions.
+        Ignored (kept for compatibility); the consumer group assigns partitions.
     n_partitions : int
         P of the data topic.
     timeout : float
-        Seconds without progress (data or global model) before giving up.
+        Seconds an owned, unfinished client may go without progress (data or
+        global model) before :class:`WorkerError`.
+    restore_timeout : float
+        Watchdog of restoration: seconds without progress while reading the
+        state or loss topic before :class:`WorkerError`.
+    session_timeout : float
+        Consumer-group session timeout, s (≥ 6, the broker's default minimum):
+        how long a silent (killed) worker keeps its partitions.
     """
 
     def __init__(self, bootstrap: str, run_id: str, spec: LearnerSpec, batch_size: int, worker_id: int,
-                 n_workers: int, n_partitions: int, timeout: float = 60.0):
-        if not 0 <= worker_id < n_workers <= n_partitions:
-            raise WorkerError(f"need 0 ≤ worker id < workers ≤ partitions, got {worker_id}, {n_workers}, {n_partitions}")
-        self.bootstrap, self.topics, self.spec = bootstrap, Topics(run_id), spec
-        self.b, self.id, self.n_workers, self.P = batch_size, worker_id, n_workers, n_partitions
-        self.timeout = timeout
+                 n_workers: int = 1, n_partitions: int = 1, timeout: float = 60.0, restore_timeout: float = 30.0,
+                 session_timeout: float = 6.0):
+        if worker_id < 0 or n_partitions < 1:
+            raise WorkerError(f"need worker id ≥ 0 and partitions ≥ 1, got {worker_id}, {n_partitions}")
+        self.bootstrap, self.run_id, self.topics, self.spec = bootstrap, run_id, Topics(run_id), spec
+        self.b, self.id, self.P = batch_size, worker_id, n_partitions
+        self.M, self.T, self.tau = spec.n_clients, spec.n_steps, spec.tau
+        self.timeout, self.restore_timeout, self.session_timeout = timeout, restore_timeout, session_timeout
+        self.every = self.tau if self.tau is not None else CHECKPOINT_EVERY
+        self.window = max(2 * self.every, 64)          # steps a paused partition may run ahead of its clients
         self.client_id = f"streamfl-{run_id}-worker-{worker_id}"
-        self.partitions = range_assignment(worker_id, n_workers, n_partitions)
-        self.clients = clients_of(self.partitions, spec.n_clients, n_partitions)
-        self.block = ClientBlock(self.clients, spec)
-        self.buffer = StepBuffer(self.clients, batch_size, spec.n_features)
+        K = spec.n_classes if spec.task == "softmax" else 1
+        self.shape = (spec.n_features, K)
+        self._set_rows([], {})
+        self.pending: dict[int, dict[int, tuple]] = {}   # step → client → (X, y, present, offset)
         self.globals: dict[int, np.ndarray] = {}
+        self.owned: set[int] = set()                       # partitions restored and being processed
+        self.paused: set[int] = set()                      # paused for back-pressure
+        self.target: set[int] = set()                      # the group's current assignment (listener)
+        self.revoked: set[int] = set()                     # revoked since the main thread last looked
+        self.last_loss_offset = -1
+        self._last_loss_future = None
+        self._models: dict[int, StackedLinear] = {}
         self.stop = False
+        self.rejected = 0           # DATA records sent to the dead-letter topic
+        self.steps_done = 0
 
+    # ---- per-client arrays ---------------------------------------------------------------------------
+    def _set_rows(self, clients, values: dict) -> None:
+        """Rebuild the per-client arrays for ``clients`` (sorted); ``values`` maps array name → {client: value}."""
+        self.clients = np.asarray(sorted(clients), dtype=np.int64)
+        self.row = {int(c): i for i, c in enumerate(self.clients)}
+        k = len(self.clients)
+        self.W = np.zeros((k, *self.shape))
+        for name in ("t", "off", "reported", "wait", "ckpt", "loss_from", "received"):
+            setattr(self, name, np.zeros(k, dtype=np.int64))
+        for name, by_client in values.items():
+            arr = getattr(self, name)
+            for c, v in by_client.items():
+                arr[self.row[c]] = v
+
+    def _snapshot(self) -> dict:
+        names = ("W", "t", "off", "reported", "wait", "ckpt", "loss_from", "received")
+        return {n: {int(c): getattr(self, n)[i].copy() if n == "W" else int(getattr(self, n)[i])
+                    for i, c in enumerate(self.clients)} for n in names}
+
+    def _partition_rows(self, p: int) -> np.ndarray:
+        return np.flatnonzero(self.clients % self.P == p)
+
+    # ---- Kafka plumbing --------------------------------------------------------------------------------
     def _check_stop(self):
         if self.stop:
             raise SystemExit(143)
 
-    def _ingest(self, partition: int, rec) -> None:
-        """Decode one data record into the step buffer."""
+    def _make_consumer(self):
+        from kafka import ConsumerRebalanceListener, KafkaConsumer
         try:
-            msg = decode(rec.value)
-        except FormatError as e:
-            dead_letter(self.producer, self.topics, rec.value, rec.key, e.reason, f"worker-{self.id}")
-            self.producer.flush(timeout=10)
-            raise WorkerError(f"worker {self.id}: malformed DATA record at partition {partition} "
-                              f"offset {rec.offset}: {e}") from None
-        if not isinstance(msg, Data):
-            raise WorkerError(f"worker {self.id}: a {type(msg).__name__} record on the data topic "
-                              f"(partition {partition} offset {rec.offset})")
-        self.buffer.add(msg)
+            from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor as Assignor
+        except ImportError:      # older kafka-python: eager range assignment
+            from kafka.coordinator.assignors.range import RangePartitionAssignor as Assignor
+        worker = self
 
-    def _read_data(self):
-        for tp, records in self.consumer.poll(timeout_ms=100).items():
-            for rec in records:
-                self._ingest(tp.partition, rec)
+        class Listener(ConsumerRebalanceListener):
+            """Runs on kafka-python's IO thread: no blocking consumer calls here (see the module doc)."""
 
-    def _wait_global(self, r: int, t: int) -> np.ndarray:
-        deadline = time.monotonic() + self.timeout
-        while r not in self.globals:
-            self._check_stop()
-            for records in self.global_reader.poll(timeout_ms=100).values():
+            def on_partitions_revoked(self, revoked):
+                worker._on_revoked(revoked, flush=True)
+
+            def on_partitions_lost(self, lost):
+                worker._on_revoked(lost, flush=False)
+
+            def on_partitions_assigned(self, assigned):
+                worker._on_assigned(assigned)
+
+        session = int(self.session_timeout * 1000)
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=self.topics.worker_group, client_id=self.client_id,
+            enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=20,
+            bootstrap_timeout_ms=10000, partition_assignment_strategy=(Assignor,),
+            session_timeout_ms=session, heartbeat_interval_ms=max(500, session // 6),
+            max_poll_interval_ms=max(30000, int(4 * self.timeout * 1000)), request_timeout_ms=15000,
+            reconnect_backoff_max_ms=1000, retry_backoff_ms=100)
+        self.consumer.subscribe([self.topics.data], listener=Listener())
+
+    def _tp(self, p: int):
+        from kafka import TopicPartition
+        return TopicPartition(self.topics.data, p)
+
+    def _on_revoked(self, tps, flush: bool) -> None:
+        if flush:
+            try:     # the next owner's loss scan must see everything this worker reported
+                self.producer.flush(timeout=self.timeout)
+            except Exception as e:
+                log.warning("flush on revocation failed: %s", e)
+        ps = {tp.partition for tp in tps if tp.topic == self.topics.data}
+        self.target -= ps
+        self.revoked |= ps
+        log.info("partitions %s revoked%s", sorted(ps), "" if flush else " (lost)")
+
+    def _on_assigned(self, tps) -> None:
+        tps = [tp for tp in tps if tp.topic == self.topics.data]
+        self.consumer.pause(*tps)         # resumed after restoration (local call, safe on the IO thread)
+        self.target |= {tp.partition for tp in tps}
+        log.info("partitions %s assigned", sorted(tp.partition for tp in tps))
+
+    def _apply_assignment(self) -> None:
+        """Drop revoked partitions' clients, restore newly assigned ones (main thread)."""
+        target, revoked = set(self.target), set(self.revoked)
+        self.revoked -= revoked
+        gone, new = self.owned - target, target - self.owned
+        reset = (self.owned & target & revoked)        # eager protocol: revoked and given back
+        if not (gone or new or reset):
+            return
+        keep = [c for c in self.clients.tolist() if c % self.P not in gone]
+        snap = self._snapshot()
+        self._set_rows(keep, {n: {c: v for c, v in d.items() if c % self.P not in gone} for n, d in snap.items()})
+        drop = gone | reset
+        for s in list(self.pending):
+            slot = self.pending[s]
+            for c in [c for c in slot if c % self.P in drop]:
+                del slot[c]
+            if not slot:
+                del self.pending[s]
+        self.paused -= drop
+        self.owned -= gone
+        for p in reset:       # we kept the clients: re-read from their own resume offsets
+            rows = self._partition_rows(p)
+            self.received[rows] = self.t[rows]
+            self.consumer.seek(self._tp(p), int(self.off[rows].min()) if len(rows) else 0)
+            self.consumer.resume(self._tp(p))
+        if new:
+            self._restore(sorted(new))
+        log.info("owns partitions %s → clients %s (dropped %s, restored %s)", sorted(self.owned),
+                 self.clients.tolist(), sorted(gone), sorted(new))
+
+    def _restore(self, parts: list[int]) -> None:
+        """Restore the clients of ``parts`` from the state changelog, seek and resume their data partitions."""
+        started = time.monotonic()
+        try:
+            self.store.catch_up(parts, self.restore_timeout)
+        except RestoreStalled as e:
+            raise WorkerError(f"worker {self.id}: {e}") from None
+        new_clients = clients_of(parts, self.M, self.P)
+        states = {c: self.store.latest.get(c) for c in new_clients}
+        loss_from = min((s.loss_offset if s is not None else 0) for s in states.values()) if states else 0
+        reported = self._scan_reported(set(new_clients), loss_from)
+        snap = self._snapshot()
+        for c in new_clients:
+            s = states[c]
+            t = 0 if s is None else s.t
+            snap["W"][c] = np.zeros(self.shape) if s is None else s.model.reshape(self.shape)
+            snap["t"][c], snap["ckpt"][c], snap["received"][c] = t, t, t
+            snap["off"][c] = 0 if s is None else s.offset
+            snap["loss_from"][c] = 0 if s is None else s.loss_offset
+            snap["reported"][c] = max(t, reported.get(c, 0))
+            snap["wait"][c] = 0
+        self._set_rows(sorted(set(self.clients.tolist()) | set(new_clients)), snap)
+        for p in parts:
+            rows = self._partition_rows(p)
+            self.consumer.seek(self._tp(p), int(self.off[rows].min()) if len(rows) else 0)
+            self.consumer.resume(self._tp(p))
+            self.owned.add(p)
+        steps = sorted({(c, int(self.t[self.row[c]])) for c in new_clients}, key=lambda x: x[0])
+        log.info("restored partitions %s in %.2f s: (client, step) %s, reported up to %s", parts,
+                 time.monotonic() - started, steps, {c: int(self.reported[self.row[c]]) for c in new_clients})
+
+    def _scan_reported(self, clients: set, start: int) -> dict:
+        """Highest step already on the loss topic per client of ``clients``, reading from offset ``start``."""
+        from kafka import TopicPartition
+        out: dict[int, int] = {}
+        if not clients:
+            return out
+        tp = TopicPartition(self.topics.loss, 0)
+        deadline = time.monotonic() + self.restore_timeout
+        while True:
+            try:
+                end = self.loss_reader.end_offsets([tp])[tp]
+                break
+            except Exception as e:
+                if time.monotonic() > deadline:
+                    raise WorkerError(f"worker {self.id}: cannot read the end of {self.topics.loss} "
+                                      f"({type(e).__name__}) within {self.restore_timeout:.0f} s") from None
+                time.sleep(0.2)
+        self.loss_reader.seek(tp, start)
+        last = time.monotonic()
+        while self.loss_reader.position(tp) < end:
+            got = self.loss_reader.poll(timeout_ms=100)
+            for records in got.values():
                 for rec in records:
                     try:
                         msg = decode(rec.value)
-                    except FormatError as e:
-                        raise WorkerError(f"worker {self.id}: malformed GLOBAL record at offset {rec.offset}: {e}") from None
-                    if isinstance(msg, Global) and msg.round >= r:
-                        self.globals[msg.round] = msg.model
-            if time.monotonic() > deadline:
-                raise WorkerError(f"worker {self.id} waited {self.timeout:.0f} s at step {t} for the global model of "
-                                  f"round {r}; the aggregator did not publish it (is it running? rejected updates "
-                                  f"go to {self.topics.dead})")
-        return self.globals.pop(r)
+                    except FormatError:
+                        continue
+                    if isinstance(msg, Loss):
+                        for c in msg.clients.tolist():
+                            if c in clients and msg.t > out.get(c, 0):
+                                out[c] = msg.t
+            if got:
+                last = time.monotonic()
+            elif time.monotonic() - last > self.restore_timeout:
+                raise WorkerError(f"worker {self.id}: restoring stalled reading {self.topics.loss} at offset "
+                                  f"{self.loss_reader.position(tp)} of {end} ({self.restore_timeout:.0f} s without progress)")
+        return out
 
-    def _step(self, t: int, X, y, mask):
-        losses, played = self.block.step(t, X, y, mask)
-        key = key_of(self.id)
-        self.producer.send(self.topics.loss, key=key, partition=0,
-                           value=encode(Loss(t=t, worker=self.id, clients=self.block.clients, losses=losses,
-                                             played=played)))
-        tau = self.spec.tau
-        if tau is not None and t % tau == 0:
-            r = t // tau
-            self.producer.send(self.topics.updates, key=key, partition=0,
-                               value=encode(Update(round=r, worker=self.id, n_clients=len(self.clients),
-                                                   model_sum=self.block.model_sum())))
-            self.producer.flush(timeout=30)
-            self.block.load(self._wait_global(r, t))
+    # ---- data, globals ---------------------------------------------------------------------------------
+    def _ingest(self, partition: int, rec) -> None:
+        """Store one data record (ignored unless its client is owned and the step not yet done).
+
+        A record that is not a valid DATA record of this run — malformed
+        bytes, NaN/inf values, another message type, a client id outside
+        0..M-1, or X not of shape (b, d) — is copied unchanged to the run's
+        dead-letter topic (headers ``reason``, ``source``, ``detail``), logged,
+        counted in :attr:`rejected`, and skipped: the worker keeps running.
+        """
+        try:
+            msg = decode(rec.value)
+            if not isinstance(msg, Data):
+                raise FormatError("not_data", f"a {type(msg).__name__} record on the data topic")
+            if not 0 <= msg.client < self.spec.n_clients:
+                raise FormatError("bad_field", f"client {msg.client} is not in 0..{self.spec.n_clients - 1}")
+            if msg.X.shape != (self.b, self.spec.n_features):
+                raise FormatError("shape_mismatch", f"X has shape {msg.X.shape}, this run's DATA records are "
+                                                    f"(b, d) = ({self.b}, {self.spec.n_features})")
+        except FormatError as e:
+            self.rejected += 1
+            log.warning("worker %d: rejected DATA record at partition %d offset %d -> %s: %s",
+                        self.id, partition, rec.offset, self.topics.dead, e)
+            dead_letter(self.producer, self.topics, rec.value, rec.key, e.reason, f"worker-{self.id}", e.detail)
+            self.producer.flush(timeout=10)
+            return
+        i = self.row.get(msg.client)
+        if i is None or msg.t <= self.t[i]:
+            return
+        self.pending.setdefault(msg.t, {})[msg.client] = (msg.X, msg.y, msg.present, rec.offset)
+        self.received[i] = max(self.received[i], msg.t)
+
+    def _join_pending(self) -> bool:
+        """True while a group (re-)join is under way; repairs kafka-python 3.0.12's lost-join state.
+
+        kafka-python runs JoinGroup+SyncGroup as a task on its IO thread and
+        only applies the result (assignment, rebalance listener, heartbeats
+        re-enabled) inside a ``poll()`` that is awaiting the task. If the task
+        completes after a short ``poll(timeout_ms)`` gave up waiting, the next
+        poll sees ``need_rejoin() == False`` and never applies it: the member
+        keeps no partitions, sends no heartbeats and is expelled after the
+        session timeout, never to rejoin — the start-up stalls seen with
+        explicit timeouts of a few ms. The worker therefore drives a pending
+        join with the coordinator's own ``poll`` and a long timeout (it
+        returns as soon as the join is applied), and if the lost-join state
+        happens anyway it requests a fresh join.
+        """
+        coord = getattr(self.consumer, "_coordinator", None)
+        try:
+            task = coord._join_task
+            if coord.rejoining and (task is None or task.is_done) and not coord.need_rejoin():
+                log.warning("group join completed outside poll() (kafka-python); joining again")
+                coord.request_rejoin()
+                return True
+            return bool(coord.need_rejoin() or (task is not None and not task.is_done))
+        except AttributeError:         # another kafka-python version: no work-around needed/possible
+            return False
+
+    def _read_data(self, timeout_ms: int) -> None:
+        if self._join_pending():     # let the join complete inside one call (and return right after it)
+            self.consumer._coordinator.poll(timeout_ms=JOIN_POLL_MS)
+        for tp, records in self.consumer.poll(timeout_ms=timeout_ms).items():
+            if tp.partition not in self.owned:
+                continue          # not restored yet (or just revoked): read again after the seek
+            for rec in records:
+                self._ingest(tp.partition, rec)
+
+    def _read_globals(self, timeout_ms: int) -> None:
+        for records in self.global_reader.poll(timeout_ms=timeout_ms).values():
+            for rec in records:
+                try:
+                    msg = decode(rec.value)
+                except FormatError as e:
+                    raise WorkerError(f"worker {self.id}: malformed GLOBAL record at offset {rec.offset}: {e}") from None
+                if isinstance(msg, Global):
+                    self.globals.setdefault(msg.round, msg.model)
+
+    def _back_pressure(self) -> None:
+        """Pause partitions whose records run more than ``window`` steps ahead of their clients."""
+        for p in self.owned:
+            rows = self._partition_rows(p)
+            if not len(rows):
+                continue
+            ahead = int(self.received[rows].min()) > int(self.t[rows].min()) + self.window
+            if ahead and p not in self.paused:
+                self.consumer.pause(self._tp(p))
+                self.paused.add(p)
+            elif not ahead and p in self.paused:
+                self.consumer.resume(self._tp(p))
+                self.paused.discard(p)
+
+    # ---- learning ----------------------------------------------------------------------------------------
+    def _model(self, n: int) -> StackedLinear:
+        m = self._models.get(n)
+        if m is None:
+            sp = self.spec
+            m = self._models[n] = StackedLinear(n, sp.n_features, sp.task, sp.step_size, sp.n_classes, sp.radius)
+        return m
+
+    def _advance(self) -> bool:
+        """Load arrived globals and run every step whose data is complete; True if anything happened."""
+        progressed = False
+        while True:
+            waiting = np.flatnonzero(self.wait > 0)
+            if len(waiting):
+                loaded = [i for i in waiting if int(self.wait[i]) in self.globals]
+                if loaded:
+                    rows = np.asarray(loaded)
+                    for r in np.unique(self.wait[rows]):
+                        sel = rows[self.wait[rows] == r]
+                        self.W[sel] = self.globals[int(r)]
+                    self.wait[rows] = 0
+                    self._checkpoint(rows)
+                    progressed = True
+            nxt = self.t + 1
+            ready = [i for i in range(len(self.clients))
+                     if self.wait[i] == 0 and self.t[i] < self.T and int(self.clients[i]) in self.pending.get(int(nxt[i]), ())]
+            if not ready:
+                break
+            s = min(int(nxt[i]) for i in ready)
+            self._step(s, np.asarray([i for i in ready if nxt[i] == s]))
+            progressed = True
+        done = np.flatnonzero((self.t >= self.T) & (self.wait == 0) & (self.ckpt < self.T))
+        if len(done):
+            self._checkpoint(done)
+            progressed = True
+        return progressed
+
+    def _step(self, s: int, rows: np.ndarray) -> None:
+        """Test-then-train the clients ``rows`` at step s, report, and send round models at a round's end."""
+        slot = self.pending[s]
+        ids = self.clients[rows].tolist()
+        recs = [slot.pop(c) for c in ids]
+        if not slot:
+            del self.pending[s]
+        X = np.stack([r[0] for r in recs])
+        y = np.stack([r[1] for r in recs])
+        present = np.fromiter((r[2] for r in recs), bool, len(recs))
+        model = self._model(len(rows))
+        model.W = self.W[rows]
+        played = model.W.copy()
+        losses = model.test_then_train(X, y, s, None if present.all() else present)
+        self.W[rows] = model.W
+        self.t[rows] = s
+        self.off[rows] = [r[3] + 1 for r in recs]
+        self.steps_done += 1
+        new = self.reported[rows] < s
+        if new.any():
+            fut = self.producer.send(self.topics.loss, key=key_of(self.id), partition=0,
+                                     value=encode(Loss(t=s, worker=self.id, clients=self.clients[rows][new],
+                                                       losses=losses[new], played=played[new])))
+            self._last_loss_future = fut
+            self.reported[rows[new]] = s
+        if self.tau is not None and s % self.tau == 0:
+            r = s // self.tau
+            self.wait[rows] = r
+            if r not in self.globals:
+                self.producer.send(self.topics.updates, key=key_of(self.id), partition=0,
+                                   value=encode(RoundModels(round=r, worker=self.id, clients=self.clients[rows],
+                                                            models=self.W[rows])))
+        elif s % self.every == 0:
+            self._checkpoint(rows)
+
+    def _checkpoint(self, rows: np.ndarray) -> None:
+        """Write the clients' checkpoints, wait for their acknowledgement, then commit data offsets."""
+        from kafka import OffsetAndMetadata
+        self._flush("LOSS records before a checkpoint")
+        if self._last_loss_future is not None and self._last_loss_future.succeeded():
+            self.last_loss_offset = max(self.last_loss_offset, self._last_loss_future.value.offset)
+        loss_off = np.maximum(self.loss_from[rows], self.last_loss_offset + 1)
+        states = [ClientState(client=int(self.clients[i]), t=int(self.t[i]), offset=int(self.off[i]),
+                              loss_offset=int(lo), model=self.W[i]) for i, lo in zip(rows, loss_off)]
+        futures = send_states(self.producer, self.run_id, self.P, states)
+        self._flush("checkpoint records")
+        failed = [f for f in futures if not f.succeeded()]
+        if failed:
+            raise WorkerError(f"worker {self.id}: {len(failed)} checkpoint record(s) were not acknowledged "
+                              f"({failed[0].exception!r})")
+        self.ckpt[rows] = self.t[rows]
+        self.loss_from[rows] = loss_off
+        offsets = {}
+        for p in {int(c) % self.P for c in self.clients[rows]} & self.owned:
+            prow = self._partition_rows(p)
+            offsets[self._tp(p)] = OffsetAndMetadata(int(self.off[prow].min()), "", -1)
+        try:
+            self.consumer.commit(offsets, timeout_ms=int(self.timeout * 1000))
+        except Exception as e:      # CommitFailedError in a rebalance, broker restarting: state is the truth
+            log.warning("offset commit after checkpoint failed (%s: %s); the state records stand",
+                        type(e).__name__, e)
+
+    def _flush(self, what: str) -> None:
+        try:
+            self.producer.flush(timeout=self.timeout)
+        except Exception as e:
+            raise WorkerError(f"worker {self.id}: {what} not acknowledged within {self.timeout:.0f} s "
+                              f"({type(e).__name__}); is the broker up?") from None
+
+    def _unfinished(self) -> np.ndarray:
+        return np.flatnonzero((self.t < self.T) | (self.wait > 0) | (self.ckpt < self.T))
+
+    def _stall_message(self) -> str:
+        waiting = np.flatnonzero(self.wait > 0)
+        if len(waiting):
+            r = int(self.wait[waiting].min())
+            return (f"worker {self.id} waited {self.timeout:.0f} s for the global model of round {r} "
+                    f"(clients {self.clients[waiting].tolist()}); the aggregator did not publish it "
+                    f"(is it running? rejected updates go to {self.topics.dead})")
+        rows = self._unfinished()
+        i = rows[np.argmin(self.t[rows])]
+        return (f"worker {self.id}: no DATA for step {int(self.t[i]) + 1} of client {int(self.clients[i])} "
+                f"within {self.timeout:.0f} s (is the producer running?)")
+
+    kafka_debug = False
 
     def run(self) -> None:
-        """Process all T steps; raises WorkerError on failure, SystemExit(143) when stopped."""
+        """Run until the state topic shows every client at step T; WorkerError on failure, SystemExit(143) on SIGTERM."""
         quiet_kafka_logs()
-        from kafka import KafkaConsumer, TopicPartition
-        self.producer = make_producer(self.bootstrap, self.client_id)
-        self.global_reader = make_reader(self.bootstrap, self.client_id + "-global", self.topics.global_)
-        # group_id only names the offsets; partitions are assigned explicitly (see the module doc)
-        self.consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.topics.worker_group,
-                                      client_id=self.client_id, enable_auto_commit=False,
-                                      auto_offset_reset="earliest", fetch_max_wait_ms=20, bootstrap_timeout_ms=10000)
+        create_state_topic(self.bootstrap, self.run_id, self.P)
+        self.producer = resilient_producer(self.bootstrap, self.client_id)
+        self.global_reader = resilient_reader(self.bootstrap, self.client_id + "-global", self.topics.global_)
+        self.loss_reader = resilient_reader(self.bootstrap, self.client_id + "-loss", self.topics.loss)
+        self.store = StateStore(self.bootstrap, self.run_id, self.P, self.client_id + "-state")
+        if self.kafka_debug:
+            kl = logging.getLogger("kafka")
+            kl.setLevel(logging.DEBUG)
+            kl.propagate = True
+        self._make_consumer()
+        log.info("worker %d joined group %s", self.id, self.topics.worker_group)
         try:
-            tps = [TopicPartition(self.topics.data, p) for p in self.partitions]
-            self.consumer.assign(tps)
-            self.consumer.seek_to_beginning(*tps)
-            log.info("worker %d reads partitions %s → clients %s", self.id, self.partitions, self.clients)
-            T, t = self.spec.n_steps, 1
             last = time.monotonic()
-            while t <= T:
+            while True:
                 self._check_stop()
-                self._read_data()
-                while t <= T and (ready := self.buffer.pop(t)) is not None:
-                    self._step(t, *ready)
-                    t += 1
+                idle = not len(self._unfinished())
+                at_barrier = bool((self.wait > 0).any())
+                self._read_data(5 if at_barrier else 20)
+                self._apply_assignment()
+                self._read_globals(20 if at_barrier else 0)
+                if self._advance():
                     last = time.monotonic()
-                if time.monotonic() - last > self.timeout:
-                    raise WorkerError(f"worker {self.id}: no DATA for step {t} of clients {self.buffer.missing(t)} "
-                                      f"within {self.timeout:.0f} s (is the producer running?)")
-            self.producer.flush(timeout=30)
-            log.info("worker %d finished %d steps", self.id, T)
+                self._back_pressure()
+                if not len(self._unfinished()):
+                    self.store.poll(0)
+                    if self.store.done(self.M, self.T) and not (self.target - self.owned):
+                        break
+                    last = time.monotonic()
+                elif idle:
+                    last = time.monotonic()    # clients just arrived
+                elif time.monotonic() - last > self.timeout:
+                    raise WorkerError(self._stall_message())
+            self._flush("the last records")
+            log.info("worker %d finished: the run is complete (%d local steps)", self.id, self.steps_done)
         finally:
-            for c in (self.consumer, self.global_reader):
+            for c in ("consumer", "global_reader", "loss_reader"):
                 try:
-                    c.close(autocommit=False)
+                    getattr(self, c).close(autocommit=False)
                 except Exception:
                     pass
+            self.store.close()
             try:
                 self.producer.close(timeout=10)
             except Exception:
@@ -320,8 +747,10 @@ def main(argv=None) -> int:
     ap.add_argument("--config", required=True, help="the run folder's config.yaml")
     ap.add_argument("--partitions", type=int, required=True)
     ap.add_argument("--worker-id", type=int, required=True)
-    ap.add_argument("--workers", type=int, required=True)
+    ap.add_argument("--workers", type=int, default=1, help="ignored: the consumer group assigns partitions")
     ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--restore-timeout", type=float, default=30.0)
+    ap.add_argument("--session-timeout", type=float, default=6.0)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s worker-{args.worker_id} %(levelname)s %(message)s",
                         stream=sys.stderr)
@@ -332,13 +761,18 @@ def main(argv=None) -> int:
             worker.stop = True
 
     signal.signal(signal.SIGTERM, on_term)
+    faulthandler.register(signal.SIGUSR1)          # `kill -USR1 <pid>` dumps the threads' stacks to the log
+    kafka_debug = os.environ.get("STREAMFL_KAFKA_DEBUG")   # "1": kafka-python's DEBUG log into this log
     try:
         from streamfl.runtime.experiment import build_stream
         from streamfl.transport.spec import learner_spec, read_config
         cfg = read_config(args.config)
         stream = build_stream(cfg)
         worker = Worker(args.bootstrap, args.run_id, learner_spec(cfg, stream), stream.batch_size, args.worker_id,
-                        args.workers, args.partitions, timeout=args.timeout)
+                        args.workers, args.partitions, timeout=args.timeout, restore_timeout=args.restore_timeout,
+                        session_timeout=args.session_timeout)
+        if kafka_debug:
+            worker.kafka_debug = True
         worker.run()
         return 0
     except SystemExit as e:

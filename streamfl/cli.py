@@ -18,7 +18,13 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 console = Console()
 err = Console(stderr=True)
 
-USER_ERRORS = (ConfigError, ValueError, FileNotFoundError, KeyError)
+USER_ERRORS = (ConfigError, ValueError, FileNotFoundError, FileExistsError, KeyError, UnicodeDecodeError)
+
+
+def _message(e: Exception) -> str:
+    """One line for the user; KeyError's repr quotes are dropped."""
+    text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+    return " ".join(str(text).split())
 
 
 def _fail(message: str, code: int = 2):
@@ -34,14 +40,19 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         live: bool = typer.Option(True, "--live/--no-live", help="Show the live regret view."),
         plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots at the end."),
         broker: Optional[str] = typer.Option(None, "--broker", help="Run FedSEA over this Kafka broker (HOST:PORT) instead of embedded; baselines are skipped."),
-        workers: int = typer.Option(1, "--workers", min=1, help="With --broker: number of worker processes.")):
+        workers: int = typer.Option(1, "--workers", min=1, help="With --broker: number of worker processes."),
+        keep_topics: bool = typer.Option(False, "--keep-topics", help="With --broker: keep the run's topics on the broker (e.g. to `streamfl replay` its data topic later; the run id is in summary.json under transport.run_id)."),
+        metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535, help="With --broker: serve the tracker's Prometheus metrics on this port (e.g. 9464) during the run.")):
     """Run an experiment (embedded mode, or over Kafka with --broker) and write a run folder."""
     if broker is not None:
-        return _run_over_kafka(config, out, steps, seed, live, plots, broker, workers)
+        return _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep_topics, metrics_port)
+    if keep_topics or metrics_port is not None:
+        _fail("--keep-topics and --metrics-port need --broker HOST:PORT")
     from .runtime.experiment import run_experiment
     from .runtime.live import LiveView
     from .runtime.sweep import run_sweep
     try:
+        _check_out(out)
         cfg = load_config(config) if config else default_config()
         update = {k: v for k, v in (("steps", steps), ("seed", seed)) if v is not None}
         if update:
@@ -57,15 +68,28 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         with view:
             summary = run_experiment(cfg, out, on_chunk=view, plots=plots and cfg.output.plots)
     except USER_ERRORS as e:
-        _fail(str(e).strip("'\""))
+        _fail(_message(e))
     _print_summary(summary)
 
 
-def _print_summary(summary: dict):
-    console.print(f"\n[bold green]done[/] in {summary['elapsed_seconds']:.1f} s "
-                  f"({summary['samples_per_second']:,.0f} client-samples/s) → {summary['run_dir']}")
-    console.print(f"T = {summary['n_steps']}, M = {summary['n_clients']}, τ = {summary['tau']}, rounds = {summary['rounds']}")
-    console.print(f"static regret (best fixed model, {summary['regret_static_method']}): {summary['regret_static']:.4f}")
+def _check_out(out: Optional[Path]) -> None:
+    """A run folder must be new (or empty): never mix two runs' files."""
+    if out is None:
+        return
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out} is an existing file; give a folder for the run")
+    if out.is_dir() and any(out.iterdir()):
+        raise FileExistsError(f"--out {out} already holds files; choose a new folder or remove it")
+
+
+def _print_summary(summary: dict, finished: bool = True):
+    if finished:
+        console.print(f"\n[bold green]done[/] in {summary['elapsed_seconds']:.1f} s "
+                      f"({summary['samples_per_second']:,.0f} client-samples/s)")
+    console.print(f"run folder: {summary['run_dir']}", soft_wrap=True)
+    tau = "never (local only)" if summary["tau"] is None else summary["tau"]
+    console.print(f"T = {summary['n_steps']}, M = {summary['n_clients']}, τ = {tau}, rounds = {summary['rounds']}")
+    console.print(f"static regret: {summary['regret_static']:.4f}  [dim]({summary['regret_static_method']})[/dim]")
     for key in ("regret_expected", "regret_dynamic"):
         v = summary.get(key)
         if v is not None and v == v:
@@ -73,7 +97,7 @@ def _print_summary(summary: dict):
     for name, gap in summary.get("gaps", {}).items():
         console.print(f"loss gap FedSEA − {name}: {gap:+.4f}")
     for p in summary.get("plots", []):
-        console.print(f"plot: {p}")
+        console.print(f"plot: {p}", soft_wrap=True)
 
 
 @app.command()
@@ -87,10 +111,9 @@ def report(run_dir: Path = typer.Argument(..., help="A finished run folder.")):
         summary = json.loads(summary_path.read_text())
         paths = render_run(run_dir)
     except USER_ERRORS as e:
-        _fail(str(e))
+        _fail(_message(e))
     summary["plots"] = [str(p) for p in paths]
-    summary.setdefault("elapsed_seconds", float("nan"))
-    _print_summary(summary)
+    _print_summary(summary, finished=False)
 
 
 @app.command()
@@ -111,13 +134,14 @@ def main():
     app()
 
 
-def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers):
+def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep_topics=False, metrics_port=None):
     """``run --broker``: FedSEA over a real Kafka broker (see :mod:`streamfl.runtime.kafka_run`)."""
     from .runtime.experiment import build_stream
     from .runtime.kafka_run import BrokerUnavailable, KafkaRunError, run_kafka_experiment
     from .runtime.live import LiveView
     from .transport.topics import check_broker
     try:
+        _check_out(out)
         cfg = load_config(config) if config else default_config()
         update = {k: v for k, v in (("steps", steps), ("seed", seed)) if v is not None}
         if update:
@@ -128,12 +152,274 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers):
         total = build_stream(cfg).n_steps
         view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau} over Kafka ({workers} worker(s))", total,
                         console=console, enabled=live)
+        if metrics_port is not None:
+            # the tracker runs in this process; it reads the port from the environment (see consumers.tracker)
+            import os
+            os.environ["STREAMFL_METRICS_PORT"] = str(metrics_port)
+            err.print(f"metrics: http://127.0.0.1:{metrics_port}/metrics", highlight=False)
         with view:
             summary = run_kafka_experiment(cfg, broker, workers=workers, run_dir=out, on_chunk=view,
-                                           plots=plots and cfg.output.plots)
+                                           plots=plots and cfg.output.plots, keep_topics=keep_topics)
     except (BrokerUnavailable, KafkaRunError) + USER_ERRORS as e:
-        _fail(str(e).strip("'\""))
+        _fail(_message(e))
+    except Exception as e:  # e.g. the tracker's TrackerError (metrics port taken)
+        if type(e).__name__ != "TrackerError":
+            raise
+        _fail(_message(e))
     _print_summary(summary)
+    if keep_topics:
+        console.print(f"topics kept on {broker}; replay the data with: streamfl replay --broker {broker} "
+                      f"--from-run {summary['transport']['run_id']} --run-id NEW_RUN_ID")
+
+
+# --------------------------------------------------------------------------- roles (multi-machine)
+#
+# `streamfl run --broker` starts every process of a run on this machine. The role commands start one
+# process each, so a run can span machines: point every role at the same --broker, give them the same
+# --run-id and the same --config (the stream is regenerated from it, so only numbers travel over Kafka).
+# Each role creates the run's topics if they do not exist yet, so they may start in any order.
+
+ROLES_HELP = ("Every role of one run needs the same --broker, --run-id and --config (and --partitions if not M); "
+              "start them in any order.")
+
+_BROKER = typer.Option(..., "--broker", help="Kafka bootstrap address HOST:PORT, shared by every role of the run.")
+_RUN_ID = typer.Option(..., "--run-id", help="Run id: 1-64 characters from [A-Za-z0-9_-]; topics are streamfl.<run-id>.*")
+_CONFIG = typer.Option(..., "--config", "-c", help="The run's experiment config (YAML); the same file for every role.")
+_PARTS = typer.Option(None, "--partitions", min=1, help="P, partitions of the data topic (default M, one per client).")
+
+
+def _paragraphs(text: str) -> str:
+    """Help text: join the lines of each paragraph (the terminal re-wraps them)."""
+    return "\n\n".join(" ".join(p.split()) for p in text.strip().split("\n\n"))
+
+
+def _roles_path():
+    root = str(Path(__file__).resolve().parents[1])
+    if root not in sys.path:          # an editable install made before consumers/ existed does not map them
+        sys.path.append(root)
+
+
+def _prepare_role(broker: str, run_id: str, config: Optional[Path], partitions: Optional[int]):
+    """Validate the shared options, check the broker and create the run's topics if missing.
+
+    Returns (cfg, stream, P); exits with a one-line error on a user mistake.
+    """
+    from .runtime.experiment import build_stream
+    from .transport.spec import kafka_unsupported
+    from .transport.topics import BrokerUnavailable, Topics, check_broker, ensure_topics
+    _roles_path()
+    try:
+        topics = Topics(run_id)
+        cfg = stream = None
+        if config is not None:
+            cfg = load_config(config)
+            stream = build_stream(cfg)
+            why = kafka_unsupported(cfg, stream)
+            if why:
+                raise ValueError(why)
+        P = partitions or (stream.n_clients if stream is not None else None)
+        check_broker(broker)
+        if P is not None:
+            ensure_topics(broker, topics, P)
+    except (BrokerUnavailable,) + USER_ERRORS as e:
+        _fail(_message(e))
+    return cfg, stream, P
+
+
+def _exit_with(code: int):
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command(help=_paragraphs(f"""Role: publish the config's stream to a run's data topic (one DATA record per step and client).
+
+The producer of `streamfl run --broker`, on its own: it regenerates the stream from --config and sends
+client m's records to partition m mod P. {ROLES_HELP}"""))
+def produce(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG,
+            partitions: Optional[int] = _PARTS):
+    _, _, P = _prepare_role(broker, run_id, config, partitions)
+    from producers import stream_producer
+    _exit_with(stream_producer.main(["--bootstrap", broker, "--run-id", run_id, "--config", str(config),
+                                     "--partitions", str(P)]))
+
+
+@app.command(help=_paragraphs(f"""Role: train the clients of some data partitions (test-then-train, FedSEA local steps).
+
+Workers join the run's consumer group; Kafka assigns them data partitions (and so clients) and moves
+them when a worker joins or dies: the new owner restores the clients' models from the run's state
+changelog. A worker publishes its clients' losses every step and their models every τ steps, then
+waits for the aggregator's global model. Start as many as you like (up to P useful), on any machines.
+{ROLES_HELP}"""))
+def worker(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG,
+           worker_id: str = typer.Option("0", "--worker-id", help="A name for this worker's logs (an integer); 'auto' = $STREAMFL_WORKER_ID, else the replica number n of a Docker Compose container named <project>-worker-<n> (n − 1)."),
+           workers: int = typer.Option(1, "--workers", min=1, help="Accepted for compatibility; partitions are assigned by the consumer group."),
+           partitions: Optional[int] = _PARTS,
+           timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds without data or global model before failing.")):
+    worker_id = _worker_id(worker_id)
+    _, _, P = _prepare_role(broker, run_id, config, partitions)
+    from consumers import worker as worker_mod
+    _exit_with(worker_mod.main(["--bootstrap", broker, "--run-id", run_id, "--config", str(config),
+                                "--partitions", str(P), "--worker-id", str(worker_id), "--workers", str(workers),
+                                "--timeout", str(timeout)]))
+
+
+def _worker_id(value: str) -> int:
+    """``--worker-id``: an int ≥ 0, or ``auto`` (env STREAMFL_WORKER_ID, else the Compose replica number − 1)."""
+    import os
+    import re
+    import socket
+    if value != "auto":
+        if not value.isdigit():
+            _fail(f"--worker-id must be an integer ≥ 0 or 'auto', got {value!r}")
+        return int(value)
+    env = os.environ.get("STREAMFL_WORKER_ID")
+    if env is not None:
+        return _worker_id(env)
+    names = [socket.gethostname()]
+    try:      # Compose's DNS answers the reverse lookup of a replica's address with <project>-<service>-<n>.<network>
+        names.append(socket.gethostbyaddr(socket.gethostbyname(socket.gethostname()))[0])
+    except OSError:
+        pass
+    for name in names:
+        m = re.search(r"[-_]worker[-_](\d+)(?:\.|$)", name)
+        if m and int(m.group(1)) >= 1:
+            return int(m.group(1)) - 1
+    _fail("--worker-id auto: set STREAMFL_WORKER_ID, or run as a Docker Compose replica named <project>-worker-<n> "
+          f"(this host is {', '.join(names)})")
+
+
+@app.command(help=_paragraphs(f"""Role: the FedSEA server — average the workers' updates into one global model per round.
+
+Reads the updates topic; once the client counts of round r add up to M it publishes
+GLOBAL(r) = (1/M) Σ_m x_m. Malformed or NaN updates go to the dead-letter topic. One per run.
+M and the number of rounds ⌊T/τ⌋ come from --config. {ROLES_HELP}"""))
+def aggregate(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG,
+              partitions: Optional[int] = _PARTS,
+              timeout: float = typer.Option(300.0, "--timeout", min=1, help="Seconds without an update before failing.")):
+    cfg, stream, _ = _prepare_role(broker, run_id, config, partitions)
+    tau = cfg.learner.tau
+    rounds = 0 if tau is None else stream.n_steps // tau
+    if rounds == 0:
+        err.print("note: this config never averages (tau: null or τ > T); the aggregator has nothing to do", highlight=False)
+        return
+    from consumers import aggregator
+    _exit_with(aggregator.main(["--bootstrap", broker, "--run-id", run_id, "--clients", str(stream.n_clients),
+                                "--rounds", str(rounds), "--timeout", str(timeout)]))
+
+
+@app.command(help=_paragraphs(f"""Role: the regret tracker — consume the loss topic, track regret, write the run folder.
+
+Writes --out (config.yaml, metrics.csv/parquet, summary.json, plots) like `streamfl run`. With
+--metrics-port it serves Prometheus gauges (regret per comparator, samples/s, loss-topic lag, round
+latency, dead letters) on http://HOST:PORT/metrics; 9464 is the conventional port. One per run.
+{ROLES_HELP}"""))
+def track(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG,
+          out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default: <output.dir>/<name>-<timestamp>)."),
+          partitions: Optional[int] = _PARTS,
+          timeout: float = typer.Option(300.0, "--timeout", min=1, help="Seconds without a LOSS record before failing."),
+          metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535, help="Serve Prometheus metrics on this port (default off; 9464 is conventional)."),
+          metrics_linger: float = typer.Option(0.0, "--metrics-linger", min=0, help="Keep serving metrics this many seconds after the run (so the final values get scraped)."),
+          plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots at the end.")):
+    cfg, _, _ = _prepare_role(broker, run_id, config, partitions)
+    from .runtime.experiment import new_run_dir
+    out = out or new_run_dir(cfg)
+    from consumers import tracker
+    argv = ["--bootstrap", broker, "--run-id", run_id, "--config", str(config), "--out", str(out),
+            "--timeout", str(timeout), "--metrics-linger", str(metrics_linger)]
+    if metrics_port is not None:
+        argv += ["--metrics-port", str(metrics_port)]
+    if not plots:
+        argv.append("--no-plots")
+    _exit_with(tracker.main(argv))
+
+
+@app.command(help=_paragraphs("""Replay a recorded stream into a run's data topic (the producer role, from a recording).
+
+Sources: --from-run RUN_ID (the data topic of a previous run kept with `run --broker --keep-topics`),
+--from-topic NAME, or --file data.csv|.parquet (a table; its columns come from --config's
+`source.kind: file` or from --label/--features/--client-column/--time-column).
+Start: --from-offset N (Kafka offset in every partition; for a file, skip N steps) or
+--from-timestamp TS (epoch seconds/ms or ISO-8601; for a file, a time-column value); a start point
+renumbers the first whole step to t = 1. Pace: --speed max (as fast as possible), 1 (real time from
+the record timestamps / time column), k (k× real time). Start the new run's workers, aggregator and
+tracker with `streamfl worker|aggregate|track --run-id NEW_RUN_ID --config ...` as usual."""))
+def replay(broker: str = _BROKER,
+           run_id: str = typer.Option(..., "--run-id", help="The NEW run that receives the records."),
+           from_run: Optional[str] = typer.Option(None, "--from-run", help="Run id of a previous run whose data topic to replay."),
+           from_topic: Optional[str] = typer.Option(None, "--from-topic", help="A topic of DATA records to replay."),
+           file: Optional[Path] = typer.Option(None, "--file", help="A CSV or Parquet table to replay."),
+           config: Optional[Path] = typer.Option(None, "--config", "-c", help="The new run's config; with --file its source (kind: file) says how to read the table."),
+           label: Optional[str] = typer.Option(None, "--label", help="--file: label column."),
+           features: Optional[str] = typer.Option(None, "--features", help="--file: comma-separated feature columns (default: all numeric)."),
+           client_column: Optional[str] = typer.Option(None, "--client-column", help="--file: column of client ids (natural clients)."),
+           time_column: Optional[str] = typer.Option(None, "--time-column", help="--file: time column (numbers = seconds, or datetimes)."),
+           partitions: Optional[int] = _PARTS,
+           from_offset: Optional[int] = typer.Option(None, "--from-offset", min=0, help="Start at this offset (file: skip this many steps)."),
+           from_timestamp: Optional[str] = typer.Option(None, "--from-timestamp", help="Start at this time: epoch seconds, epoch ms, or ISO-8601."),
+           speed: str = typer.Option("max", "--speed", help="'max', or k > 0 for k× the recorded pace (1 = real time).")):
+    _roles_path()
+    from producers.replay import ReplayError, parse_speed, parse_timestamp, replay_file, replay_topic
+    from .transport.topics import BrokerUnavailable, Topics
+    try:
+        if sum(x is not None for x in (from_run, from_topic, file)) != 1:
+            raise ValueError("give exactly one source: --from-run RUN_ID, --from-topic NAME or --file PATH")
+        if from_offset is not None and from_timestamp is not None:
+            raise ValueError("give at most one of --from-offset and --from-timestamp")
+        k = parse_speed(speed)
+        ts = None if from_timestamp is None else parse_timestamp(from_timestamp)
+        Topics(run_id)
+        if file is not None:
+            cfg = _file_config(config, file, label, features, client_column, time_column)
+            from .runtime.experiment import build_stream
+            P = partitions or build_stream(cfg).n_clients
+            _prepare_topics(broker, run_id, P)
+            stats = replay_file(broker, cfg, run_id, P, k, from_offset, ts)
+        else:
+            source = from_topic or Topics(from_run).data
+            from .transport.topics import check_broker
+            check_broker(broker)
+            from producers.replay import _partitions
+            have = len(_partitions(broker, source))
+            if not have:
+                raise ValueError(f"topic {source} does not exist on {broker} (keep a run's topics with "
+                                 f"`streamfl run --broker ... --keep-topics`)")
+            P = partitions or have
+            _prepare_topics(broker, run_id, P)
+            stats = replay_topic(broker, source, run_id, P, k, from_offset, ts)
+    except (ReplayError, BrokerUnavailable) + USER_ERRORS as e:
+        _fail(_message(e))
+    console.print(f"replayed {stats.records} records ({stats.steps} steps, from original step {stats.first_step}) "
+                  f"into {Topics(run_id).data} in {stats.wall_seconds:.2f} s (recorded span {stats.span_seconds:.2f} s"
+                  + (f", {stats.undecodable} undecodable forwarded" if stats.undecodable else "") + ")")
+
+
+def _prepare_topics(broker, run_id, P):
+    from .transport.topics import Topics, check_broker, ensure_topics
+    check_broker(broker)
+    ensure_topics(broker, Topics(run_id), P)
+
+
+def _file_config(config, file, label, features, client_column, time_column):
+    """The experiment config of a --file replay: --config's, or one built from the column options."""
+    from .config import parse_config
+    if config is not None:
+        cfg = load_config(config)
+        if cfg.source.kind != "file":
+            raise ValueError(f"--file needs a config whose source.kind is file, got {cfg.source.kind!r}")
+        data = json.loads(cfg.model_dump_json())
+    else:
+        data = {"baselines": [], "source": {"kind": "file"}}
+    src = data["source"]
+    src["path"] = str(file)
+    if label is not None:
+        src["label"] = label
+    if features is not None:
+        src["features"] = [f.strip() for f in features.split(",") if f.strip()]
+    if client_column is not None:
+        src["split"] = {"kind": "column", "column": client_column}
+    if time_column is not None:
+        src["time_column"] = time_column
+    return parse_config(data)
 
 
 if __name__ == "__main__":

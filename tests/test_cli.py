@@ -47,3 +47,23 @@ def test_unknown_dataset_is_a_clear_error(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "Nope" in proc.stderr and "Phishing" in proc.stderr
+
+
+def test_out_must_be_a_new_folder(tmp_path):
+    existing = tmp_path / "data.csv"
+    existing.write_text("x\n")
+    proc = subprocess.run(CLI + ["run", "--out", str(existing), "--no-live"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "is an existing file" in proc.stderr
+    proc = subprocess.run(CLI + ["run", "--out", str(tmp_path), "--no-live"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "already holds files" in proc.stderr
+
+
+def test_diverging_run_is_one_line(tmp_path):
+    cfg = tmp_path / "eta.yaml"
+    cfg.write_text("source: {kind: synthetic, task: least_squares}\nlearner: {step_size: {eta: 5}}\nbaselines: []\n")
+    proc = subprocess.run(CLI + ["run", "--config", str(cfg), "--no-live", "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: learner 'fedsea' diverged at step t=")
+    assert "Traceback" not in proc.stderr and "RuntimeWarning" not in proc.stderr

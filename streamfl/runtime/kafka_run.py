@@ -5,12 +5,21 @@
 and starts, as separate processes,
 
 * the aggregator (``python -m consumers.aggregator``), unless τ is unset,
-* N workers (``python -m consumers.worker``) in one consumer group,
+* N workers (``python -m consumers.worker``), members of one consumer group
+  that share the data partitions (and hand them over when one dies or joins),
 * the stream producer (``python -m producers.stream_producer``),
 
-then runs the regret tracker (:func:`consumers.tracker.track`) in the
-foreground. The numbers equal the embedded engine's (``streamfl run``) to
-floating-point summation order in the server average (tested to 1e-9).
+waits until the workers' group has assigned every data partition (bounded
+by ``join_timeout``), then runs the regret tracker
+(:func:`consumers.tracker.track`) in the foreground. The numbers equal the embedded engine's (``streamfl run``); the
+server average is summed in client order, as embedded (tested to 1e-9).
+
+:class:`KafkaRun` is the same orchestration as an object whose processes can
+be started, killed and added one by one (``start_worker``, ``kill_worker``,
+``restart_aggregator``, …) — what the fault-tolerance tests use; its
+``hold_at`` option replaces the producer process by an in-process producer
+that stops before a given step until :meth:`KafkaRun.release` (a test hook:
+library code never sleeps to pace the stream).
 
 Only FedSEA runs over Kafka: configured baselines are skipped (the summary
 says so under ``transport.skipped_baselines``). Adaptive drift, sweeps and
@@ -24,10 +33,12 @@ deleted at the end unless ``keep_topics``.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -35,11 +46,15 @@ from pathlib import Path
 import yaml
 
 from ..transport.spec import kafka_unsupported
-from ..transport.topics import BrokerUnavailable, Topics, check_broker, create_topics, delete_topics
+from ..transport.state import create_state_topic, delete_state_topic, resilient_producer, resilient_reader, state_topic
+from ..transport.topics import (BrokerUnavailable, Topics, check_broker, create_topics, delete_topics, key_of,
+                                partition_for, quiet_kafka_logs)
 
 _ROOT = Path(__file__).resolve().parents[2]      # the folder holding streamfl/, producers/, consumers/
 
-__all__ = ["BrokerUnavailable", "KafkaRunError", "run_kafka_experiment"]
+__all__ = ["BrokerUnavailable", "KafkaRun", "KafkaRunError", "run_kafka_experiment"]
+
+log = logging.getLogger("streamfl.kafka_run")
 
 
 class KafkaRunError(RuntimeError):
@@ -66,6 +81,12 @@ class _Child:
         errors = [ln for ln in lines if ln.startswith("error:")]
         return (errors or lines or [""])[-1].strip()
 
+    def kill(self, sig=signal.SIGKILL):
+        """Send ``sig`` (default SIGKILL) and reap the process."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        self.proc.wait(10)
+
     def terminate(self):
         """Ask the process to finish (SIGTERM); see :meth:`wait`."""
         if self.proc.poll() is None:
@@ -78,7 +99,317 @@ class _Child:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
-        self.log.close()
+        if not self.log.closed:
+            self.log.close()
+
+
+
+class KafkaRun:
+    """One FedSEA run over Kafka with controllable processes.
+
+    Parameters
+    ----------
+    cfg : ExperimentConfig
+    broker : str
+        Bootstrap address ``HOST:PORT``.
+    workers : int
+        Workers started by :meth:`start` (≥ 1; more can be added with :meth:`start_worker`).
+    run_dir : Path or None
+        As in :func:`streamfl.runtime.experiment.run_experiment`.
+    partitions : int or None
+        P of the data (and state) topic; default M.
+    timeout : float
+        Seconds any process may wait without progress before failing.
+    keep_topics : bool
+        Keep the run's topics on the broker at :meth:`close`.
+    hold_at : int or None
+        Test hook: publish the stream from this process, and only steps
+        ≤ ``hold_at`` until :meth:`release` (None: the producer process).
+    session_timeout : float
+        Workers' consumer-group session timeout, s (≥ 6).
+    join_timeout : float
+        :meth:`start` waits up to this long for the group to assign every data
+        partition before the producer starts (then starts it anyway).
+
+    Raises
+    ------
+    BrokerUnavailable, ValueError
+        As :func:`run_kafka_experiment`.
+
+    Examples
+    --------
+    ::
+
+        with KafkaRun(cfg, "127.0.0.1:9092", workers=2, hold_at=17) as run:
+            run.start()
+            run.wait_reported(17)
+            run.kill_worker(1)
+            run.release()
+            summary = run.track()
+    """
+
+    def __init__(self, cfg, broker: str, workers: int = 1, run_dir: Path | None = None, partitions: int | None = None,
+                 timeout: float = 60.0, keep_topics: bool = False, hold_at: int | None = None,
+                 session_timeout: float = 6.0, join_timeout: float = 20.0):
+        if str(_ROOT) not in sys.path:    # an editable install made before consumers/ existed does not map it
+            sys.path.append(str(_ROOT))
+        from .experiment import build_stream, new_run_dir
+        self.cfg, self.broker, self.timeout, self.keep_topics = cfg, broker, float(timeout), keep_topics
+        self.session_timeout, self.join_timeout = session_timeout, join_timeout
+        self.stream = build_stream(cfg)
+        why = kafka_unsupported(cfg, self.stream)
+        if why:
+            raise ValueError(why)
+        self.M, self.T = self.stream.n_clients, self.stream.n_steps
+        self.P = self.M if partitions is None else int(partitions)
+        if not 1 <= self.P:
+            raise ValueError(f"--partitions must be ≥ 1, got {self.P}")
+        if not 1 <= workers <= self.P:
+            raise ValueError(f"--workers must be between 1 and the number of data partitions ({self.P}), got {workers}")
+        self.n_start = workers
+        tau = cfg.learner.tau
+        self.rounds = 0 if tau is None else self.T // tau
+        check_broker(broker)
+        self.run_id = f"{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        self.topics = Topics(self.run_id)
+        self.run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path = self.run_dir / "config.yaml"
+        self.config_path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
+        self.log_dir = self.run_dir / "logs"
+        self.log_dir.mkdir(exist_ok=True)
+        create_topics(broker, self.topics, self.P)
+        create_state_topic(broker, self.run_id, self.P)
+        self.common = ["--bootstrap", broker, "--run-id", self.run_id]
+        self.workers: list[_Child] = []
+        self.aggregator: _Child | None = None
+        self.producer: _Child | None = None
+        self.killed: set[int] = set()                 # id() of children stopped on purpose
+        self._n_aggregators = 0
+        self.hold_at = hold_at
+        self._gate = threading.Condition()
+        self._limit = hold_at if hold_at is not None else self.T
+        self._feeder: threading.Thread | None = None
+        self._feeder_error: BaseException | None = None
+        self.produced = 0
+        self._loss_reader = None
+        self._reported: dict[int, set] = {}
+
+    # ---- processes -------------------------------------------------------------------------------
+    def start(self) -> "KafkaRun":
+        """Start the aggregator, the workers and the producer; return once the group has assigned every partition.
+
+        The producer starts together with the workers (its records wait in the
+        data topic; a worker that joins late only makes partitions move, which
+        restoration handles), so process start-up times overlap. If the group
+        does not settle within ``join_timeout`` s a warning is logged and the
+        run goes on.
+        """
+        if self.rounds > 0:
+            self.start_aggregator()
+        for _ in range(self.n_start):
+            self.start_worker()
+        self.start_producer()
+        self.wait_assigned(self.n_start, self.join_timeout)
+        return self
+
+    def start_worker(self) -> int:
+        """Start one more worker process (it joins the group); return its index."""
+        i = len(self.workers)
+        self.workers.append(_Child(f"worker-{i}", "consumers.worker",
+                                   self.common + ["--config", str(self.config_path), "--partitions", str(self.P),
+                                                  "--worker-id", str(i), "--timeout", str(self.timeout),
+                                                  "--session-timeout", str(self.session_timeout)], self.log_dir))
+        return i
+
+    def kill_worker(self, i: int, sig=signal.SIGKILL) -> None:
+        """Kill worker ``i`` (SIGKILL by default: no clean-up, no group leave)."""
+        self.killed.add(id(self.workers[i]))
+        self.workers[i].kill(sig)
+
+    def start_aggregator(self) -> None:
+        """Start an aggregator process (it resumes after the last published round)."""
+        n = self._n_aggregators
+        self._n_aggregators += 1
+        self.aggregator = _Child("aggregator" if n == 0 else f"aggregator-{n}", "consumers.aggregator",
+                                 self.common + ["--clients", str(self.M), "--rounds", str(self.rounds),
+                                                "--timeout", str(max(300.0, 5 * self.timeout))], self.log_dir)
+
+    def kill_aggregator(self, sig=signal.SIGKILL) -> None:
+        """Kill the aggregator (SIGKILL by default)."""
+        if self.aggregator is not None:
+            self.killed.add(id(self.aggregator))
+            self.aggregator.kill(sig)
+
+    def restart_aggregator(self, sig=signal.SIGKILL) -> None:
+        """Kill the aggregator and start a new one."""
+        self.kill_aggregator(sig)
+        self.start_aggregator()
+
+    def start_producer(self) -> None:
+        """Publish the stream: the producer process, or (``hold_at``) an in-process producer behind a gate."""
+        if self.hold_at is None:
+            self.producer = _Child("producer", "producers.stream_producer",
+                                   self.common + ["--config", str(self.config_path), "--partitions", str(self.P)],
+                                   self.log_dir)
+            return
+        self._feeder = threading.Thread(target=self._feed, name="streamfl-gated-producer", daemon=True)
+        self._feeder.start()
+
+    def _feed(self) -> None:
+        from ..transport.format import Data, encode
+        try:
+            producer = resilient_producer(self.broker, f"streamfl-{self.run_id}-producer")
+            try:
+                keys = [key_of(m) for m in range(self.M)]
+                parts = [partition_for(m, self.P) for m in range(self.M)]
+                for chunk in self.stream.chunks(self.cfg.chunk_size):
+                    for i in range(chunk.n_steps):
+                        t = chunk.t0 + i + 1
+                        with self._gate:
+                            while t > self._limit:
+                                producer.flush(timeout=60)
+                                self._gate.wait()
+                        for m in range(self.M):
+                            msg = Data(t=t, client=m, X=chunk.X[i, m], y=chunk.y[i, m],
+                                       present=True if chunk.mask is None else bool(chunk.mask[i, m]),
+                                       optimum=None if chunk.optimum is None else chunk.optimum[i, m])
+                            producer.send(self.topics.data, value=encode(msg), key=keys[m], partition=parts[m])
+                            self.produced += 1
+                producer.flush(timeout=120)
+            finally:
+                producer.close(timeout=10)
+        except BaseException as e:      # reported by check()
+            self._feeder_error = e
+
+    def release(self, upto: int | None = None) -> None:
+        """Test hook: let the in-process producer publish steps ≤ ``upto`` (default: all)."""
+        with self._gate:
+            self._limit = self.T if upto is None else int(upto)
+            self._gate.notify_all()
+
+    # ---- observation ------------------------------------------------------------------------------
+    def wait_assigned(self, n_members: int, timeout: float) -> bool:
+        """Wait until ``n_members`` workers are in the group and all P partitions assigned; False on timeout."""
+        quiet_kafka_logs()
+        from kafka import KafkaAdminClient
+        deadline = time.monotonic() + timeout
+        admin = KafkaAdminClient(bootstrap_servers=self.broker, client_id=f"streamfl-{self.run_id}-watch")
+        try:
+            while time.monotonic() < deadline:
+                self.check()
+                try:
+                    g = admin.describe_groups([self.topics.worker_group])[self.topics.worker_group]
+                    parts = set()
+                    members = g.get("members") or []
+                    for mem in members:
+                        parts |= _assigned_partitions(mem, self.topics.data)
+                    if g.get("group_state") == "Stable" and len(members) >= n_members and len(parts) == self.P:
+                        return True
+                except Exception as e:       # group not there yet
+                    log.debug("describe_groups: %s", e)
+                time.sleep(0.2)
+            log.warning("the workers' group did not assign all %d partitions within %.0f s", self.P, timeout)
+            return False
+        finally:
+            admin.close()
+
+    def wait_reported(self, t: int, timeout: float | None = None) -> None:
+        """Test hook: block until the loss topic holds every client's LOSS for steps 1 … t.
+
+        Raises
+        ------
+        KafkaRunError
+            Not within ``timeout`` s (default: the run's timeout), or a process failed.
+        """
+        from ..transport.format import Loss, decode
+        if self._loss_reader is None:
+            self._loss_reader = resilient_reader(self.broker, f"streamfl-{self.run_id}-watch", self.topics.loss)
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while not all(len(self._reported.get(s, ())) == self.M for s in range(1, t + 1)):
+            self.check()
+            if time.monotonic() > deadline:
+                missing = next(s for s in range(1, t + 1) if len(self._reported.get(s, ())) < self.M)
+                raise KafkaRunError(f"step {missing} was not reported by every client in time")
+            for records in self._loss_reader.poll(timeout_ms=100).values():
+                for rec in records:
+                    msg = decode(rec.value)
+                    if isinstance(msg, Loss):
+                        self._reported.setdefault(msg.t, set()).update(msg.clients.tolist())
+
+    def check(self) -> None:
+        """Raise :class:`KafkaRunError` if a process failed (processes killed on purpose do not count)."""
+        if self._feeder_error is not None:
+            raise KafkaRunError(f"producer: {self._feeder_error}")
+        children = self.workers + ([self.producer] if self.producer else [])
+        if self.aggregator is not None:
+            children.append(self.aggregator)
+        for c in children:
+            code = c.proc.poll()
+            if code not in (None, 0) and id(c) not in self.killed:
+                raise KafkaRunError(f"{c.name} exited with code {code}: {c.error_line()} (log: {c.log_path})")
+
+    def track(self, on_chunk=None, plots: bool | None = None) -> dict:
+        """Run the regret tracker in the foreground until step T; return the summary.
+
+        Raises
+        ------
+        KafkaRunError
+            A process failed, or the tracker timed out.
+        """
+        from consumers.tracker import TrackerError, track
+        extra = {"transport": {"kind": "kafka", "broker": self.broker, "run_id": self.run_id,
+                               "workers": self.n_start, "workers_started": len(self.workers), "partitions": self.P,
+                               "topics": self.topics.all() + [state_topic(self.run_id)],
+                               "skipped_baselines": list(self.cfg.baselines)}}
+        try:
+            return track(self.cfg, self.stream, self.broker, self.run_id, self.run_dir, on_chunk=on_chunk,
+                         check=self.check, timeout=self.timeout, plots=plots, extra=extra)
+        except TrackerError as e:
+            self.check()          # a dead child explains a stalled tracker better
+            raise KafkaRunError(f"tracker: {e}") from None
+
+    def close(self) -> None:
+        """Stop every process (SIGTERM, then SIGKILL after a grace period) and delete the topics unless kept."""
+        self.release()
+        children = self.workers + [c for c in (self.producer, self.aggregator) if c is not None]
+        for c in children:
+            c.terminate()
+        for c in children:
+            c.wait()
+        if self._feeder is not None:
+            self._feeder.join(10)
+        if self._loss_reader is not None:
+            self._loss_reader.close()
+        if not self.keep_topics:
+            delete_topics(self.broker, self.topics)
+            delete_state_topic(self.broker, self.run_id)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _assigned_partitions(member: dict, topic: str) -> set:
+    """Partitions of ``topic`` in a describe_groups member entry (decoded or raw assignment)."""
+    a = member.get("member_assignment")
+    out = set()
+    if a is None:
+        return out
+    if isinstance(a, (bytes, bytearray)):
+        from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
+        a = ConsumerProtocolAssignment.decode(a)
+    if hasattr(a, "partitions"):
+        for tp in a.partitions():
+            if tp.topic == topic:
+                out.add(tp.partition)
+        return out
+    for entry in (a.get("assigned_partitions") or a.get("topic_partitions") or []):
+        if entry.get("topic") == topic:
+            out.update(entry.get("partitions") or [])
+    return out
 
 
 def run_kafka_experiment(cfg, broker: str, workers: int = 1, run_dir: Path | None = None, on_chunk=None,
@@ -115,71 +446,10 @@ def run_kafka_experiment(cfg, broker: str, workers: int = 1, run_dir: Path | Non
     KafkaRunError
         A child process failed, or the tracker timed out.
     """
-    if str(_ROOT) not in sys.path:    # an editable install made before consumers/ existed does not map it
-        sys.path.append(str(_ROOT))
-    from consumers.tracker import TrackerError, track
-
-    from .experiment import build_stream, new_run_dir
-
-    stream = build_stream(cfg)
-    why = kafka_unsupported(cfg, stream)
-    if why:
-        raise ValueError(why)
-    M = stream.n_clients
-    P = M if partitions is None else int(partitions)
-    if not 1 <= P:
-        raise ValueError(f"--partitions must be ≥ 1, got {P}")
-    if not 1 <= workers <= P:
-        raise ValueError(f"--workers must be between 1 and the number of data partitions ({P}), got {workers}")
-    check_broker(broker)
-
-    run_id = f"{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:8]}"
-    topics = Topics(run_id)
-    run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    config_path = run_dir / "config.yaml"
-    config_path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
-    log_dir = run_dir / "logs"
-    log_dir.mkdir(exist_ok=True)
-
-    create_topics(broker, topics, P)
-    common = ["--bootstrap", broker, "--run-id", run_id]
-    children: list[_Child] = []
+    run = KafkaRun(cfg, broker, workers=workers, run_dir=run_dir, partitions=partitions, timeout=timeout,
+                   keep_topics=keep_topics)
     try:
-        tau = cfg.learner.tau
-        if tau is not None and stream.n_steps // tau > 0:
-            children.append(_Child("aggregator", "consumers.aggregator",
-                                   common + ["--clients", str(M), "--rounds", str(stream.n_steps // tau),
-                                             "--timeout", str(max(300.0, 5 * timeout))], log_dir))
-        for i in range(workers):
-            children.append(_Child(f"worker-{i}", "consumers.worker",
-                                   common + ["--config", str(config_path), "--partitions", str(P),
-                                             "--worker-id", str(i), "--workers", str(workers),
-                                             "--timeout", str(timeout)], log_dir))
-        children.append(_Child("producer", "producers.stream_producer",
-                               common + ["--config", str(config_path), "--partitions", str(P)], log_dir))
-
-        def check():
-            for c in children:
-                code = c.proc.poll()
-                if code not in (None, 0):
-                    raise KafkaRunError(f"{c.name} exited with code {code}: {c.error_line()} "
-                                        f"(log: {c.log_path})")
-
-        extra = {"transport": {"kind": "kafka", "broker": broker, "run_id": run_id, "workers": workers,
-                               "partitions": P, "topics": topics.all(),
-                               "skipped_baselines": list(cfg.baselines)}}
-        try:
-            summary = track(cfg, stream, broker, run_id, run_dir, on_chunk=on_chunk, check=check,
-                            timeout=timeout, plots=plots, extra=extra)
-        except TrackerError as e:
-            check()          # a dead child explains a stalled tracker better
-            raise KafkaRunError(f"tracker: {e}") from None
-        return summary
+        run.start()
+        return run.track(on_chunk=on_chunk, plots=plots)
     finally:
-        for c in children:
-            c.terminate()
-        for c in children:
-            c.wait()
-        if not keep_topics:
-            delete_topics(broker, topics)
+        run.close()

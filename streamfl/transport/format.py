@@ -31,7 +31,14 @@ LOSS      t int64 (step, 1-based), worker int32       clients int64 (k,), losses
 UPDATE    round int64 (1-based), worker int32,        model_sum float64 (d, K)
           n_clients int32
 GLOBAL    round int64 (1-based)                       model float64 (d, K)
+MODELS    round int64 (1-based), worker int32         clients int64 (q,), models float64 (q, d, K)
+STATE     client int32, t int64 (≥ 0),                model float64 (d, K)
+          offset int64 (≥ 0), loss_offset int64 (≥ 0)
 ========  ==========================================  ===============================================
+
+MODELS (type 5) and STATE (type 6) were added for fault-tolerant group
+membership (:mod:`consumers.worker`, :mod:`streamfl.transport.state`); the
+first four types are unchanged.
 
 :func:`decode` validates everything and raises :class:`FormatError`, whose
 ``reason`` is one of ``truncated``, ``bad_magic``, ``bad_version``,
@@ -76,6 +83,8 @@ class MsgType(IntEnum):
     LOSS = 2
     UPDATE = 3
     GLOBAL = 4
+    MODELS = 5
+    STATE = 6
 
 
 class FormatError(ValueError):
@@ -187,13 +196,70 @@ class Global:
     model: np.ndarray
 
 
-Message = Data | Loss | Update | Global
+@dataclass
+class RoundModels:
+    """Some clients' models at the end of round r, one per client (worker → aggregator).
+
+    Sent instead of :class:`Update` by workers under consumer-group
+    membership: the aggregator keys contributions by client, so a client
+    re-sent after a rebalance (replayed from the last checkpoint, hence the
+    same model) is ignored, and the average is summed in client order — the
+    same numbers whichever worker owned which client.
+
+    Attributes
+    ----------
+    round : int
+        r = t / τ, 1-based.
+    worker : int
+        Sender (for logs only).
+    clients : ndarray (q,) int64
+        Distinct client ids m (≥ 0).
+    models : ndarray (q, d, K) float64
+        x_{t,m} after local training at step t = rτ, row i for ``clients[i]``.
+    """
+
+    round: int
+    worker: int
+    clients: np.ndarray
+    models: np.ndarray
+
+
+@dataclass
+class ClientState:
+    """One client's checkpoint on the run's compacted state topic (worker → worker).
+
+    Attributes
+    ----------
+    client : int
+        m (the record key).
+    t : int
+        Last completed step (0 = nothing done yet).
+    offset : int
+        Data-topic offset (in partition m mod P) from which the client's
+        records of steps > t are to be read.
+    loss_offset : int
+        Loss-topic offset before which no LOSS record reports a step > t of
+        this client (where a new owner starts looking for already reported steps).
+    model : ndarray (d, K) float64
+        x_{t,m} (after loading the global model when t is a round boundary).
+    """
+
+    client: int
+    t: int
+    offset: int
+    loss_offset: int
+    model: np.ndarray
+
+
+Message = Data | Loss | Update | Global | RoundModels | ClientState
 
 _FIELDS = {
     MsgType.DATA: struct.Struct("<qiB"),
     MsgType.LOSS: struct.Struct("<qi"),
     MsgType.UPDATE: struct.Struct("<qii"),
     MsgType.GLOBAL: struct.Struct("<q"),
+    MsgType.MODELS: struct.Struct("<qi"),
+    MsgType.STATE: struct.Struct("<iqqq"),
 }
 _INT64 = (-(2**63), 2**63 - 1)
 _INT32 = (-(2**31), 2**31 - 1)
@@ -224,6 +290,11 @@ def _check_shapes(kind: MsgType, arrays: list[np.ndarray], flags: int = 0):
         _need(X[0] >= 1 and X[1] >= 1, "shape_mismatch", f"DATA X must be non-empty, got {X}")
         if has_opt:
             _need(shapes[2] == (X[1],), "shape_mismatch", f"DATA optimum must be (d,) = ({X[1]},), got {shapes[2]}")
+    elif kind == MsgType.MODELS:
+        _need(len(arrays) == 2, "shape_mismatch", f"MODELS carries {len(arrays)} arrays, expected 2")
+        c, m = shapes
+        _need(len(c) == 1 and c[0] >= 1, "shape_mismatch", f"MODELS clients must be (q,) with q ≥ 1, got {c}")
+        _need(len(m) == 3 and m[0] == c[0], "shape_mismatch", f"MODELS models must be ({c[0]}, d, K), got {m}")
     elif kind == MsgType.LOSS:
         _need(len(arrays) == 3, "shape_mismatch", f"LOSS carries {len(arrays)} arrays, expected 3")
         c, l, p = shapes
@@ -231,7 +302,7 @@ def _check_shapes(kind: MsgType, arrays: list[np.ndarray], flags: int = 0):
         _need(l == c, "shape_mismatch", f"LOSS losses must be {c}, got {l}")
         _need(len(p) == 3 and p[0] == c[0], "shape_mismatch", f"LOSS played must be ({c[0]}, d, K), got {p}")
     else:
-        name = "UPDATE model_sum" if kind == MsgType.UPDATE else "GLOBAL model"
+        name = {MsgType.UPDATE: "UPDATE model_sum", MsgType.STATE: "STATE model"}.get(kind, "GLOBAL model")
         _need(len(arrays) == 1, "shape_mismatch", f"{kind.name} carries {len(arrays)} arrays, expected 1")
         _need(len(shapes[0]) == 2, "shape_mismatch", f"{name} must be (d, K), got {shapes[0]}")
 
@@ -285,8 +356,23 @@ def encode(msg: Message) -> bytes:
         _check_range("round", msg.round, _INT64, 1)
         arrays = [_array("model", msg.model, "<f8")]
         fields = _FIELDS[kind].pack(int(msg.round))
+    elif isinstance(msg, RoundModels):
+        kind, flags = MsgType.MODELS, 0
+        _check_range("round", msg.round, _INT64, 1)
+        _check_range("worker", msg.worker, _INT32, 0)
+        arrays = [_array("clients", msg.clients, "<i8"), _array("models", msg.models, "<f8")]
+        fields = _FIELDS[kind].pack(int(msg.round), int(msg.worker))
+    elif isinstance(msg, ClientState):
+        kind, flags = MsgType.STATE, 0
+        _check_range("client", msg.client, _INT32, 0)
+        _check_range("t", msg.t, _INT64, 0)
+        _check_range("offset", msg.offset, _INT64, 0)
+        _check_range("loss_offset", msg.loss_offset, _INT64, 0)
+        arrays = [_array("model", msg.model, "<f8")]
+        fields = _FIELDS[kind].pack(int(msg.client), int(msg.t), int(msg.offset), int(msg.loss_offset))
     else:
-        raise TypeError(f"encode() takes a Data, Loss, Update or Global message, got {type(msg).__name__}")
+        raise TypeError(f"encode() takes a Data, Loss, Update, Global, RoundModels or ClientState message, "
+                        f"got {type(msg).__name__}")
     _check_shapes(kind, arrays, flags)
     parts = [_PREFIX.pack(MAGIC, VERSION, int(kind), len(arrays)), fields]
     for a in arrays:
@@ -355,7 +441,8 @@ def decode(raw: bytes) -> Message:
     flags = fields[2] if kind == MsgType.DATA else 0
     _check_shapes(kind, arrays, flags)
     expected = {MsgType.DATA: ["f", "f", "f"], MsgType.LOSS: ["i", "f", "f"],
-                MsgType.UPDATE: ["f"], MsgType.GLOBAL: ["f"]}[kind]
+                MsgType.UPDATE: ["f"], MsgType.GLOBAL: ["f"], MsgType.MODELS: ["i", "f"],
+                MsgType.STATE: ["f"]}[kind]
     for i, (a, k) in enumerate(zip(arrays, expected)):
         _need(a.dtype.kind == k, "bad_dtype", f"{kind.name} array {i} must be {'float64' if k == 'f' else 'int64'}, got {a.dtype}")
         if k == "f" and not np.isfinite(a).all():
@@ -381,6 +468,18 @@ def decode(raw: bytes) -> Message:
         _need(worker >= 0, "bad_field", f"UPDATE worker must be ≥ 0, got {worker}")
         _need(count >= 1, "bad_field", f"UPDATE n_clients must be ≥ 1, got {count}")
         return Update(round=r, worker=worker, n_clients=count, model_sum=arrays[0])
+    if kind == MsgType.MODELS:
+        r, worker = fields
+        _need(r >= 1, "bad_field", f"MODELS round must be ≥ 1, got {r}")
+        _need(worker >= 0, "bad_field", f"MODELS worker must be ≥ 0, got {worker}")
+        _need(bool((arrays[0] >= 0).all()), "bad_field", "MODELS client ids must be ≥ 0")
+        _need(len(np.unique(arrays[0])) == len(arrays[0]), "bad_field", "MODELS client ids must be distinct")
+        return RoundModels(round=r, worker=worker, clients=arrays[0], models=arrays[1])
+    if kind == MsgType.STATE:
+        client, t, offset, loss_offset = fields
+        _need(client >= 0 and t >= 0 and offset >= 0 and loss_offset >= 0, "bad_field",
+              f"STATE fields must be ≥ 0, got client {client}, t {t}, offset {offset}, loss_offset {loss_offset}")
+        return ClientState(client=client, t=t, offset=offset, loss_offset=loss_offset, model=arrays[0])
     (r,) = fields
     _need(r >= 1, "bad_field", f"GLOBAL round must be ≥ 1, got {r}")
     return Global(round=r, model=arrays[0])

@@ -134,14 +134,18 @@ def make_reader(bootstrap: str, client_id: str, topic: str, partition: int = 0):
     return consumer
 
 
-def dead_letter(producer, topics: Topics, raw: bytes, key: bytes | None, reason: str, source: str) -> None:
+def dead_letter(producer, topics: Topics, raw: bytes, key: bytes | None, reason: str, source: str,
+                detail: str | None = None) -> None:
     """Send a rejected record, unchanged, to the run's dead-letter topic.
 
     The headers ``reason`` (a :class:`~streamfl.transport.format.FormatError`
-    reason or another short code) and ``source`` (who rejected it) say why.
+    reason or another short code) and ``source`` (who rejected it) say why;
+    ``detail`` (optional) is the human-readable explanation.
     """
-    producer.send(topics.dead, value=bytes(raw), key=key, partition=0,
-                  headers=[("reason", reason.encode()), ("source", source.encode())])
+    headers = [("reason", reason.encode()), ("source", source.encode())]
+    if detail:
+        headers.append(("detail", str(detail)[:1000].encode()))
+    producer.send(topics.dead, value=bytes(raw), key=key, partition=0, headers=headers)
 
 
 def check_broker(bootstrap: str, timeout: float = 8.0) -> None:
@@ -221,3 +225,55 @@ def delete_topics(bootstrap: str, topics: Topics) -> None:
             admin.close()
     except Exception:
         pass
+
+
+def ensure_topics(bootstrap: str, topics: Topics, n_partitions: int, timeout: float = 30.0) -> bool:
+    """Create the run's topics unless they exist; for role processes started in any order.
+
+    Every role (``streamfl produce|worker|aggregate|track|replay``) calls this
+    before it reads or writes, so whichever starts first creates the topics
+    with the right partition count (and the broker's ``auto.create.topics``
+    never makes a 1-partition data topic behind our back).
+
+    Returns
+    -------
+    bool
+        True if this call created the topics, False if they already existed.
+
+    Raises
+    ------
+    ValueError
+        The data topic exists with a partition count other than ``n_partitions``.
+    BrokerUnavailable
+        The topics did not all appear within ``timeout`` s.
+    """
+    quiet_kafka_logs()
+    from kafka import KafkaConsumer
+    deadline = time.monotonic() + timeout
+    tried = False
+    while True:
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=f"streamfl-{topics.run_id}-meta",
+                                 bootstrap_timeout_ms=10000)
+        try:
+            existing = consumer.topics()
+            if all(t in existing for t in topics.all()):
+                have = len(consumer.partitions_for_topic(topics.data) or ())
+                if have != n_partitions:
+                    raise ValueError(f"run {topics.run_id}: its data topic has {have} partitions, this process "
+                                     f"expects {n_partitions} (pass the same --partitions to every role)")
+                return False
+        finally:
+            consumer.close()
+        if not tried:
+            tried = True
+            try:
+                create_topics(bootstrap, topics, n_partitions, timeout)
+                return True
+            except BrokerUnavailable:
+                raise
+            except Exception as e:  # another role is creating them (TopicAlreadyExistsError): wait for it
+                if "AlreadyExists" not in type(e).__name__ + str(e):
+                    raise
+        if time.monotonic() > deadline:
+            raise BrokerUnavailable(f"the topics of run {topics.run_id} did not all appear within {timeout:.0f} s")
+        time.sleep(0.2)

@@ -1,0 +1,146 @@
+"""Bad input over a real broker: bad DATA records go to the dead-letter topic and the run still finishes
+with the embedded numbers; an unreachable broker is one clear error, fast.
+
+The broker tests are skipped unless ``STREAMFL_KAFKA`` names the bootstrap address (start one with
+``scripts/kafka-local start``); the unreachable-broker test needs no broker.
+"""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+BOOTSTRAP = os.environ.get("STREAMFL_KAFKA")
+needs_broker = pytest.mark.skipif(not BOOTSTRAP, reason="STREAMFL_KAFKA is not set: start a broker with "
+                                                        "scripts/kafka-local start")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_unreachable_broker_is_one_line_within_15s(tmp_path):
+    """`streamfl run --broker 127.0.0.1:1` (and a role command) fail fast with one error line, no traceback."""
+    for argv in (["run", "--broker", "127.0.0.1:1", "--steps", "5", "--no-live", "--out", str(tmp_path / "r")],
+                 ["worker", "--broker", "127.0.0.1:1", "--run-id", "x1", "--config",
+                  str(ROOT / "examples" / "default.yaml")]):
+        started = time.monotonic()
+        res = subprocess.run([sys.executable, "-m", "streamfl.cli", *argv], capture_output=True, text=True,
+                             timeout=60, cwd=tmp_path)
+        elapsed = time.monotonic() - started
+        assert elapsed < 15, (argv[0], elapsed)
+        assert res.returncode == 2, (argv[0], res.stdout, res.stderr)
+        errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+        assert errors == ["error: cannot reach a Kafka broker at 127.0.0.1:1 (Connection refused); "
+                          "start one with scripts/kafka-local start"], res.stderr
+        assert "Traceback" not in res.stderr + res.stdout
+    assert not (tmp_path / "r").exists()
+
+
+def _bad_records(b, d):
+    """(partition, key, value, expected reason) of three bad DATA records for a run with M = P = 4."""
+    from streamfl.transport.format import Data, encode
+    wrong_dim = encode(Data(t=7, client=1, X=np.ones((b, d + 2)), y=np.zeros(b)))
+    X = np.ones((b, d))
+    X[0, 1] = np.nan
+    nan = encode(Data(t=9, client=3, X=X, y=np.zeros(b)))
+    return [(0, b"0", b"\x00\xffnot a streamfl record", "bad_magic"),
+            (1, b"1", wrong_dim, "shape_mismatch"),
+            (3, b"3", nan, "non_finite")]
+
+
+def _inject_when_topic_appears(bootstrap, before, records, done, errors):
+    """Wait for a new run's data topic, then send ``records`` into it (runs in a thread)."""
+    from streamfl.transport.topics import make_producer, quiet_kafka_logs
+    quiet_kafka_logs()
+    from kafka import KafkaConsumer
+    try:
+        meta = KafkaConsumer(bootstrap_servers=bootstrap, client_id="streamfl-test-inject-meta")
+        deadline = time.monotonic() + 60
+        topic = None
+        while topic is None and time.monotonic() < deadline:
+            new = [t for t in meta.topics() - before if t.endswith(".data")]
+            if new:
+                topic = new[0]
+            else:
+                time.sleep(0.05)
+        meta.close()
+        assert topic, "the run's data topic never appeared"
+        producer = make_producer(bootstrap, "streamfl-test-inject")
+        for part, key, value, _ in records:
+            producer.send(topic, value=value, key=key, partition=part)
+        producer.flush(timeout=30)
+        producer.close(timeout=10)
+        done.append(topic)
+    except BaseException as e:  # reported by the test
+        errors.append(e)
+
+
+@needs_broker
+def test_bad_data_records_go_to_dead_letters_and_the_run_still_matches_embedded(tmp_path):
+    from kafka import KafkaConsumer, TopicPartition
+
+    from streamfl.config import parse_config
+    from streamfl.runtime.experiment import run_experiment
+    from streamfl.runtime.kafka_run import run_kafka_experiment
+    from streamfl.transport.topics import Topics, delete_topics, quiet_kafka_logs
+
+    quiet_kafka_logs()
+    cfg = parse_config({"name": "bad-input", "seed": 2, "steps": 60,
+                        "source": {"kind": "synthetic", "task": "logistic", "clients": 4, "dim": 3},
+                        "learner": {"tau": 5, "batch_size": 2}, "baselines": [],
+                        "output": {"format": "parquet", "plots": False}})
+    want = run_experiment(cfg, tmp_path / "embedded", plots=False)
+    want_rows = pd.read_parquet(tmp_path / "embedded" / "metrics.parquet")
+
+    meta = KafkaConsumer(bootstrap_servers=BOOTSTRAP, client_id="streamfl-test-meta")
+    before = meta.topics()
+    meta.close()
+    records = _bad_records(b=2, d=3)
+    done, errors = [], []
+    injector = threading.Thread(target=_inject_when_topic_appears, args=(BOOTSTRAP, before, records, done, errors))
+    injector.start()
+    summary = None
+    try:
+        summary = run_kafka_experiment(cfg, BOOTSTRAP, workers=2, run_dir=tmp_path / "kafka", plots=False,
+                                       timeout=30, keep_topics=True)
+        injector.join(60)
+        assert not errors, errors
+        topics = Topics(summary["transport"]["run_id"])
+        assert done == [topics.data]
+
+        # the run finished with the embedded numbers
+        got = pd.read_parquet(tmp_path / "kafka" / "metrics.parquet")
+        for col in ("loss", "cum_loss", "regret_static", "regret_dynamic"):
+            np.testing.assert_allclose(got[col].to_numpy(), want_rows[col].to_numpy(), rtol=0, atol=1e-9,
+                                       err_msg=col)
+        for key in ("regret_static", "regret_expected", "regret_dynamic"):
+            assert summary[key] == pytest.approx(want[key], abs=1e-9)
+
+        # exactly the injected records are on the dead-letter topic, each with its reason
+        reader = KafkaConsumer(bootstrap_servers=BOOTSTRAP, client_id="streamfl-test-dead", group_id=None,
+                               auto_offset_reset="earliest", enable_auto_commit=False)
+        tp = TopicPartition(topics.dead, 0)
+        reader.assign([tp])
+        reader.seek_to_beginning(tp)
+        end = reader.end_offsets([tp])[tp]
+        dead = []
+        deadline = time.monotonic() + 20
+        while reader.position(tp) < end and time.monotonic() < deadline:
+            for recs in reader.poll(timeout_ms=200).values():
+                dead.extend(recs)
+        reader.close()
+        got_dead = {bytes(r.value): dict((k, v.decode()) for k, v in r.headers) for r in dead}
+        assert len(dead) == len(records) == len(got_dead)
+        for part, key, value, reason in records:
+            headers = got_dead[value]
+            assert headers["reason"] == reason
+            assert headers["source"].startswith("worker-")
+        assert summary.get("dead_letters") == len(records)      # counted in summary.json
+    finally:
+        injector.join(60)
+        if summary is not None:
+            delete_topics(BOOTSTRAP, Topics(summary["transport"]["run_id"]))

@@ -1,0 +1,111 @@
+"""The tracker's Prometheus endpoint during and after a short run by the role commands (needs a broker).
+
+Skipped unless ``STREAMFL_KAFKA`` names the bootstrap address, e.g. ``127.0.0.1:9092``
+(start one with ``scripts/kafka-local start``).
+"""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+BOOTSTRAP = os.environ.get("STREAMFL_KAFKA")
+if not BOOTSTRAP:
+    pytest.skip("STREAMFL_KAFKA is not set: start a broker with scripts/kafka-local start", allow_module_level=True)
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from streamfl.transport.topics import Topics, delete_topics  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+NAMES = {"streamfl_regret", "streamfl_cumulative_loss", "streamfl_step", "streamfl_rounds",
+         "streamfl_samples_per_second", "streamfl_loss_consumer_lag", "streamfl_round_latency_seconds",
+         "streamfl_dead_letters", "streamfl_finished"}
+
+
+def scrape(port):
+    """{(name, frozenset(labels)): value} from the endpoint."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def value(samples, name, **labels):
+    want = set(labels.items())
+    (v,) = [v for (n, ls), v in samples.items() if n == name and want <= set(ls)]
+    return v
+
+
+def test_tracker_serves_prometheus_metrics(tmp_path):
+    from consumers.tracker import TrackerMetrics, track
+    from streamfl.config import parse_config
+    from streamfl.runtime.experiment import build_stream
+
+    data = {"name": "metrics", "seed": 3, "steps": 120, "chunk_size": 10,
+            "source": {"kind": "synthetic", "task": "least_squares", "clients": 2, "dim": 3},
+            "learner": {"tau": 5}, "baselines": [], "output": {"plots": False}}
+    cfg = parse_config(data)
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(data))
+    run_id = f"test-metrics-{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]]
+                                                                      if os.environ.get("PYTHONPATH") else [])))
+    common = ["--broker", BOOTSTRAP, "--run-id", run_id, "--config", str(cfg_path)]
+    metrics = TrackerMetrics(0, run_id, addr="127.0.0.1")
+    during, stop = [], threading.Event()
+
+    def scraper():
+        while not stop.is_set():
+            try:
+                s = scrape(metrics.port)
+                if value(s, "streamfl_step", run_id=run_id) > 0 and not value(s, "streamfl_finished", run_id=run_id):
+                    during.append(s)
+            except Exception:
+                pass
+            time.sleep(0.05)
+
+    procs = []
+    thread = threading.Thread(target=scraper, daemon=True)
+    try:
+        thread.start()
+        with open(tmp_path / "roles.log", "wb") as log:
+            procs = [subprocess.Popen([sys.executable, "-m", "streamfl.cli", role, *common], stdout=log,
+                                      stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
+                     for role in ("aggregate", "worker", "produce")]
+            out = tmp_path / "run"
+            out.mkdir()
+            (out / "config.yaml").write_text(cfg_path.read_text())
+            summary = track(cfg, build_stream(cfg), BOOTSTRAP, run_id, out, timeout=60, plots=False, metrics=metrics)
+            for p in procs:
+                assert p.wait(30) == 0, (tmp_path / "roles.log").read_text()
+        stop.set()
+        thread.join(5)
+        after = scrape(metrics.port)
+        assert NAMES <= {n for n, _ in after}
+        assert during, "no scrape saw the run in progress"
+        assert 0 < value(during[-1], "streamfl_step", run_id=run_id) <= 120
+        assert value(after, "streamfl_finished", run_id=run_id) == 1
+        assert value(after, "streamfl_step", run_id=run_id) == 120
+        assert value(after, "streamfl_rounds", run_id=run_id) == 24
+        for c in ("static", "expected", "dynamic"):
+            assert value(after, "streamfl_regret", run_id=run_id, comparator=c) == pytest.approx(
+                summary[f"regret_{c}"], rel=1e-12, abs=1e-12)
+        assert value(after, "streamfl_samples_per_second", run_id=run_id) == pytest.approx(
+            summary["samples_per_second"])
+        assert value(after, "streamfl_round_latency_seconds", run_id=run_id) >= 0
+        assert value(after, "streamfl_loss_consumer_lag", run_id=run_id) == 0
+        assert value(after, "streamfl_dead_letters", run_id=run_id) == summary["dead_letters"] == 0
+    finally:
+        stop.set()
+        metrics.close()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        delete_topics(BOOTSTRAP, Topics(run_id))
