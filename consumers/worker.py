@@ -64,9 +64,10 @@ The main loop calls ``poll()`` every iteration, also while clients wait at the
 averaging barrier, so the member is never kicked out for not polling and
 rebalances complete; kafka-python's IO thread heartbeats
 (``session_timeout_ms`` 6 s, ``heartbeat_interval_ms`` 1 s, so a killed
-worker's partitions move within about 6-10 s). Partitions whose buffered
-records run more than a window ahead of their clients are paused (bounded
-memory while the producer is ahead). A worker exits 0 once the state topic
+worker's partitions move within about 6-10 s). Records read ahead of training
+are buffered in memory: pausing partitions for back-pressure is off, because
+with kafka-python 3.0.12 a partition paused and resumed mid-run stopped
+delivering records. A worker exits 0 once the state topic
 holds a step-T checkpoint of every client of the run (the run is complete);
 an owned client without progress for ``--timeout`` s is a
 :class:`WorkerError` naming what is missing.
@@ -267,7 +268,10 @@ class Worker:
         self.M, self.T, self.tau = spec.n_clients, spec.n_steps, spec.tau
         self.timeout, self.restore_timeout, self.session_timeout = timeout, restore_timeout, session_timeout
         self.every = self.tau if self.tau is not None else CHECKPOINT_EVERY
-        self.window = max(2 * self.every, 64)          # steps a paused partition may run ahead of its clients
+        # Back-pressure by pausing partitions is off: with kafka-python 3.0.12 a
+        # partition paused and resumed mid-run stopped delivering records (runs of
+        # T = 2000 stalled). Records read ahead of training are buffered instead.
+        self.window = None
         self.client_id = f"streamfl-{run_id}-worker-{worker_id}"
         K = spec.n_classes if spec.task == "softmax" else 1
         self.shape = (spec.n_features, K)
@@ -540,7 +544,9 @@ class Worker:
                     self.globals.setdefault(msg.round, msg.model)
 
     def _back_pressure(self) -> None:
-        """Pause partitions whose records run more than ``window`` steps ahead of their clients."""
+        """Pause partitions whose records run more than ``window`` steps ahead of their clients (off if None)."""
+        if self.window is None:
+            return
         for p in self.owned:
             rows = self._partition_rows(p)
             if not len(rows):

@@ -53,3 +53,23 @@ def test_kafka_run_equals_embedded(cfg, embedded, workers, tmp_path):
     assert summary["rounds"] == want_summary["rounds"] == 12
     assert summary["transport"]["workers"] == workers
     assert (tmp_path / "summary.json").is_file() and (tmp_path / "config.yaml").is_file()
+
+
+def test_a_long_run_with_two_workers_equals_embedded(tmp_path):
+    # Regression: with T in the hundreds the producer runs far ahead of the workers; pausing
+    # partitions for back-pressure then stalled kafka-python 3.0.12 (no LOSS for step ~80-700).
+    cfg = parse_config({
+        "name": "kafka-long", "seed": 2, "steps": 600,
+        "source": {"kind": "synthetic", "task": "least_squares", "clients": 8, "dim": 4,
+                   "drift": [{"kind": "random_walk", "step": 0.01}]},
+        "learner": {"tau": 10}, "baselines": [],
+        "output": {"format": "parquet", "plots": False, "client_columns": False},
+    })
+    want = run_experiment(cfg, tmp_path / "embedded", plots=False)
+    got = run_kafka_experiment(cfg, BOOTSTRAP, workers=2, run_dir=tmp_path / "kafka", plots=False, timeout=30)
+    a = pd.read_parquet(tmp_path / "embedded" / "metrics.parquet")
+    b = pd.read_parquet(tmp_path / "kafka" / "metrics.parquet")
+    assert len(b) == 600
+    for col in COLUMNS + ["regret_expected"]:
+        np.testing.assert_allclose(b[col].to_numpy(), a[col].to_numpy(), rtol=0, atol=1e-9, err_msg=col)
+    assert got["samples"] == want["samples"] == 600 * 8
