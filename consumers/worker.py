@@ -287,6 +287,7 @@ class Worker:
         self._models: dict[int, StackedLinear] = {}
         self.stop = False
         self.rejected = 0           # DATA records sent to the dead-letter topic
+        self.dead_seen: set[tuple[int, int]] = set()   # (partition, offset) already dead-lettered
         self.steps_done = 0
 
     # ---- per-client arrays ---------------------------------------------------------------------------
@@ -408,6 +409,7 @@ class Worker:
         states = {c: self.store.latest.get(c) for c in new_clients}
         loss_from = min((s.loss_offset if s is not None else 0) for s in states.values()) if states else 0
         reported = self._scan_reported(set(new_clients), loss_from)
+        self._scan_dead(set(parts))
         snap = self._snapshot()
         for c in new_clients:
             s = states[c]
@@ -427,6 +429,26 @@ class Worker:
         steps = sorted({(c, int(self.t[self.row[c]])) for c in new_clients}, key=lambda x: x[0])
         log.info("restored partitions %s in %.2f s: (client, step) %s, reported up to %s", parts,
                  time.monotonic() - started, steps, {c: int(self.reported[self.row[c]]) for c in new_clients})
+
+    def _scan_dead(self, parts: set) -> None:
+        """Remember which DATA records of ``parts`` are on the dead-letter topic already (headers
+        ``partition``/``offset``), so re-reading them after a rebalance does not send them twice."""
+        from kafka import TopicPartition
+        reader = resilient_reader(self.bootstrap, self.client_id + "-dead", self.topics.dead)
+        tp = TopicPartition(self.topics.dead, 0)
+        try:
+            end = reader.end_offsets([tp])[tp]
+            deadline = time.monotonic() + self.restore_timeout
+            while reader.position(tp) < end:
+                if time.monotonic() > deadline:
+                    raise WorkerError(f"worker {self.id}: restoring stalled reading {self.topics.dead}")
+                for records in reader.poll(timeout_ms=100).values():
+                    for rec in records:
+                        h = {k: v.decode() for k, v in rec.headers}
+                        if "partition" in h and "offset" in h and int(h["partition"]) in parts:
+                            self.dead_seen.add((int(h["partition"]), int(h["offset"])))
+        finally:
+            reader.close()
 
     def _scan_reported(self, clients: set, start: int) -> dict:
         """Highest step already on the loss topic per client of ``clients``, reading from offset ``start``."""
@@ -489,7 +511,11 @@ class Worker:
             self.rejected += 1
             log.warning("worker %d: rejected DATA record at partition %d offset %d -> %s: %s",
                         self.id, partition, rec.offset, self.topics.dead, e)
-            dead_letter(self.producer, self.topics, rec.value, rec.key, e.reason, f"worker-{self.id}", e.detail)
+            if (partition, rec.offset) in self.dead_seen:
+                return        # re-read after a rebalance: the previous owner dead-lettered it already
+            self.dead_seen.add((partition, rec.offset))
+            dead_letter(self.producer, self.topics, rec.value, rec.key, e.reason, f"worker-{self.id}", e.detail,
+                        origin=(partition, rec.offset))
             self.producer.flush(timeout=10)
             return
         i = self.row.get(msg.client)

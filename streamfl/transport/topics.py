@@ -135,16 +135,21 @@ def make_reader(bootstrap: str, client_id: str, topic: str, partition: int = 0):
 
 
 def dead_letter(producer, topics: Topics, raw: bytes, key: bytes | None, reason: str, source: str,
-                detail: str | None = None) -> None:
+                detail: str | None = None, origin: tuple[int, int] | None = None) -> None:
     """Send a rejected record, unchanged, to the run's dead-letter topic.
 
     The headers ``reason`` (a :class:`~streamfl.transport.format.FormatError`
     reason or another short code) and ``source`` (who rejected it) say why;
-    ``detail`` (optional) is the human-readable explanation.
+    ``detail`` (optional) is the human-readable explanation; ``origin``
+    (optional) is the rejected record's (partition, offset) on its own topic,
+    written as headers ``partition`` and ``offset`` so that a worker that
+    re-reads the record after a rebalance can tell it is already there.
     """
     headers = [("reason", reason.encode()), ("source", source.encode())]
     if detail:
         headers.append(("detail", str(detail)[:1000].encode()))
+    if origin is not None:
+        headers += [("partition", str(origin[0]).encode()), ("offset", str(origin[1]).encode())]
     producer.send(topics.dead, value=bytes(raw), key=key, partition=0, headers=headers)
 
 
