@@ -251,7 +251,7 @@ changelog. A worker publishes its clients' losses every step and their models ev
 waits for the aggregator's global model. Start as many as you like (up to P useful), on any machines.
 {ROLES_HELP}"""))
 def worker(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG,
-           worker_id: str = typer.Option("0", "--worker-id", help="A name for this worker's logs (an integer); 'auto' = $STREAMFL_WORKER_ID, else the replica number n of a Docker Compose container named <project>-worker-<n> (n − 1)."),
+           worker_id: str = typer.Option("0", "--worker-id", help="This worker's number, used in its logs and Kafka client id; 'auto' = $STREAMFL_WORKER_ID, else the replica number n of a Docker Compose container named <project>-worker-<n> (n − 1)."),
            workers: int = typer.Option(1, "--workers", min=1, help="Accepted for compatibility; partitions are assigned by the consumer group."),
            partitions: Optional[int] = _PARTS,
            timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds without data or global model before failing.")):

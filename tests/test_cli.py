@@ -67,3 +67,4 @@ def test_diverging_run_is_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: learner 'fedsea' diverged at step t=")
     assert "Traceback" not in proc.stderr and "RuntimeWarning" not in proc.stderr
+    assert not (tmp_path / "r").exists()          # no half-written run folder is left behind

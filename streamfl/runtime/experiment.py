@@ -8,6 +8,7 @@ A run folder holds ``config.yaml`` (the resolved config), ``metrics.csv`` (or
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from datetime import datetime
 from pathlib import Path
@@ -121,7 +122,17 @@ def run_experiment(cfg: ExperimentConfig, run_dir: Path | None = None, on_chunk=
         Override ``cfg.output.plots``.
     """
     run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
+    fresh = not run_dir.exists() or not any(run_dir.iterdir())
     run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _run(cfg, run_dir, on_chunk, plots)
+    except BaseException:
+        if fresh:                 # a failed run leaves no half-written folder behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots) -> dict:
     stream = build_stream(cfg)
     learners = build_learners(cfg, stream)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
