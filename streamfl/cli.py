@@ -146,9 +146,10 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
         update = {k: v for k, v in (("steps", steps), ("seed", seed)) if v is not None}
         if update:
             cfg = cfg.model_copy(update=update)
-        if cfg.baselines:
-            err.print(f"note: over Kafka only FedSEA runs; skipping baselines {', '.join(cfg.baselines)}", highlight=False)
         check_broker(broker)
+        if cfg.baselines:
+            err.print(f"note: over Kafka only FedSEA runs; skipping baselines {', '.join(cfg.baselines)}",
+                      highlight=False, soft_wrap=True)
         total = build_stream(cfg).n_steps
         view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau} over Kafka ({workers} worker(s))", total,
                         console=console, enabled=live)
