@@ -268,10 +268,6 @@ class Worker:
         self.M, self.T, self.tau = spec.n_clients, spec.n_steps, spec.tau
         self.timeout, self.restore_timeout, self.session_timeout = timeout, restore_timeout, session_timeout
         self.every = self.tau if self.tau is not None else CHECKPOINT_EVERY
-        # Back-pressure by pausing partitions is off: with kafka-python 3.0.12 a
-        # partition paused and resumed mid-run stopped delivering records (runs of
-        # T = 2000 stalled). Records read ahead of training are buffered instead.
-        self.window = None
         self.client_id = f"streamfl-{run_id}-worker-{worker_id}"
         K = spec.n_classes if spec.task == "softmax" else 1
         self.shape = (spec.n_features, K)
@@ -279,7 +275,6 @@ class Worker:
         self.pending: dict[int, dict[int, tuple]] = {}   # step → client → (X, y, present, offset)
         self.globals: dict[int, np.ndarray] = {}
         self.owned: set[int] = set()                       # partitions restored and being processed
-        self.paused: set[int] = set()                      # paused for back-pressure
         self.target: set[int] = set()                      # the group's current assignment (listener)
         self.revoked: set[int] = set()                     # revoked since the main thread last looked
         self.last_loss_offset = -1
@@ -386,7 +381,6 @@ class Worker:
                 del slot[c]
             if not slot:
                 del self.pending[s]
-        self.paused -= drop
         self.owned -= gone
         for p in reset:       # we kept the clients: re-read from their own resume offsets
             rows = self._partition_rows(p)
@@ -569,22 +563,6 @@ class Worker:
                 if isinstance(msg, Global):
                     self.globals.setdefault(msg.round, msg.model)
 
-    def _back_pressure(self) -> None:
-        """Pause partitions whose records run more than ``window`` steps ahead of their clients (off if None)."""
-        if self.window is None:
-            return
-        for p in self.owned:
-            rows = self._partition_rows(p)
-            if not len(rows):
-                continue
-            ahead = int(self.received[rows].min()) > int(self.t[rows].min()) + self.window
-            if ahead and p not in self.paused:
-                self.consumer.pause(self._tp(p))
-                self.paused.add(p)
-            elif not ahead and p in self.paused:
-                self.consumer.resume(self._tp(p))
-                self.paused.discard(p)
-
     # ---- learning ----------------------------------------------------------------------------------------
     def _model(self, n: int) -> StackedLinear:
         m = self._models.get(n)
@@ -733,7 +711,6 @@ class Worker:
                 self._read_globals(20 if at_barrier else 0)
                 if self._advance():
                     last = time.monotonic()
-                self._back_pressure()
                 if not len(self._unfinished()):
                     self.store.poll(0)
                     if self.store.done(self.M, self.T) and not (self.target - self.owned):
@@ -756,19 +733,6 @@ class Worker:
                 self.producer.close(timeout=10)
             except Exception:
                 pass
-
-
-def range_assignment(worker_id: int, n_workers: int, n_partitions: int) -> list[int]:
-    """Worker ``worker_id``'s data partitions: Kafka's range assignment of P partitions to N workers.
-
-    The first P mod N workers get ⌈P/N⌉ consecutive partitions, the others ⌊P/N⌋.
-
-    >>> [range_assignment(i, 3, 4) for i in range(3)]
-    [[0, 1], [2], [3]]
-    """
-    q, extra = divmod(n_partitions, n_workers)
-    start = worker_id * q + min(worker_id, extra)
-    return list(range(start, start + q + (1 if worker_id < extra else 0)))
 
 
 def main(argv=None) -> int:

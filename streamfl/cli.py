@@ -52,11 +52,7 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
     from .runtime.live import LiveView
     from .runtime.sweep import run_sweep
     try:
-        _check_out(out)
-        cfg = load_config(config) if config else default_config()
-        update = {k: v for k, v in (("steps", steps), ("seed", seed)) if v is not None}
-        if update:
-            cfg = cfg.model_copy(update=update)
+        cfg = _resolve(out, config, steps, seed)
         if cfg.sweep is not None:
             result = run_sweep(cfg, out, console=console, live=live)
             console.print(f"[bold green]sweep done[/] → {result['dir']}")
@@ -70,6 +66,14 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
     except USER_ERRORS as e:
         _fail(_message(e))
     _print_summary(summary)
+
+
+def _resolve(out: Optional[Path], config: Optional[Path], steps: Optional[int], seed: Optional[int]):
+    """The experiment of ``run``: the config file (or the default) with --steps/--seed applied."""
+    _check_out(out)
+    cfg = load_config(config) if config else default_config()
+    update = {k: v for k, v in (("steps", steps), ("seed", seed)) if v is not None}
+    return cfg.model_copy(update=update) if update else cfg
 
 
 def _check_out(out: Optional[Path]) -> None:
@@ -141,11 +145,7 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
     from .runtime.live import LiveView
     from .transport.topics import check_broker
     try:
-        _check_out(out)
-        cfg = load_config(config) if config else default_config()
-        update = {k: v for k, v in (("steps", steps), ("seed", seed)) if v is not None}
-        if update:
-            cfg = cfg.model_copy(update=update)
+        cfg = _resolve(out, config, steps, seed)
         check_broker(broker)
         if cfg.baselines:
             err.print(f"note: over Kafka only FedSEA runs; skipping baselines {', '.join(cfg.baselines)}",
