@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import tempfile
 import time
@@ -86,11 +87,17 @@ def main(argv=None) -> int:
         "learner": {"tau": args.tau, "batch_size": args.batch}, "baselines": [],
         "output": {"plots": False, "client_columns": False}})
     samples = args.steps * args.clients * args.batch
+    def cpu(who):
+        r = resource.getrusage(who)
+        return r.ru_utime + r.ru_stime
+
     with tempfile.TemporaryDirectory() as tmp:
+        cpu_self, cpu_children = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         summary = run_kafka_experiment(cfg, args.broker, workers=args.workers, run_dir=Path(tmp) / "run",
                                        plots=False, timeout=120, keep_topics=True)
         wall = time.perf_counter() - started
+        cpu_self, cpu_children = cpu(resource.RUSAGE_SELF) - cpu_self, cpu(resource.RUSAGE_CHILDREN) - cpu_children
     topics = Topics(summary["transport"]["run_id"])
     try:
         raw = raw_consume(args.broker, topics.data)
@@ -103,6 +110,7 @@ def main(argv=None) -> int:
         "samples": samples, "records": raw["records"], "bytes": raw["bytes"],
         "pipeline_wall_seconds": wall, "pipeline_tracker_seconds": summary["elapsed_seconds"],
         "raw_consume_seconds": raw["seconds"],
+        "cpu_seconds": {"tracker_and_orchestration": cpu_self, "producer_workers_aggregator": cpu_children},
         "pipeline_wall_samples_per_s": samples / wall,
         "pipeline_tracker_samples_per_s": samples / summary["elapsed_seconds"],
         "raw_consume_samples_per_s": samples / raw["seconds"],
@@ -121,6 +129,8 @@ def main(argv=None) -> int:
           f"({summary['elapsed_seconds']:.1f} s)")
     print(f"raw consume (kafka-python)       {out['raw_consume_samples_per_s']:>12,.0f} samples/s  "
           f"({raw['seconds']:.2f} s)")
+    print(f"CPU during the pipeline: tracker (this process) {cpu_self:.1f} s, "
+          f"producer + workers + aggregator {cpu_children:.1f} s")
     print(f"ratio pipeline/raw: {out['ratio_wall']:.0%} (wall), {out['ratio_tracker']:.0%} (tracker)  [target ≥ 50%]")
     return 0
 

@@ -21,7 +21,7 @@ import logging
 import time
 
 from .format import ClientState, FormatError, decode, encode
-from .topics import BrokerUnavailable, key_of, partition_for, quiet_kafka_logs
+from .topics import FETCH_MAX_WAIT_MS, BrokerUnavailable, key_of, partition_for, quiet_kafka_logs
 
 log = logging.getLogger("streamfl.state")
 
@@ -111,7 +111,7 @@ class StateStore:
         self.topic, self.P = state_topic(run_id), int(n_partitions)
         self.latest: dict[int, ClientState] = {}
         self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
-                                      enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=20,
+                                      enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
                                       bootstrap_timeout_ms=10000, reconnect_backoff_max_ms=1000,
                                       request_timeout_ms=15000)
         self.tps = [TopicPartition(self.topic, p) for p in range(self.P)]
@@ -221,7 +221,7 @@ def resilient_reader(bootstrap: str, client_id: str, topic: str, partition: int 
     quiet_kafka_logs()
     from kafka import KafkaConsumer, TopicPartition
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
-                             enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=20,
+                             enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
                              bootstrap_timeout_ms=10000, reconnect_backoff_max_ms=1000, request_timeout_ms=15000)
     tp = TopicPartition(topic, partition)
     consumer.assign([tp])
