@@ -1,36 +1,41 @@
-"""The FedSEA server: averages the workers' UPDATEs into one GLOBAL model per round.
+"""The FedSEA server: averages the workers' pre-summed UPDATEs into one GLOBAL model per round.
 
-For round r the workers send UPDATE(r, worker, n_clients, Σ models). Once the
-counts of round r add up to M, the aggregator publishes
+For round r each worker sends one UPDATE(r, clients, Σ models, n): the sum of
+the models x_{rτ,m} of its clients that took part in the round (saw a sample
+in steps (r−1)τ+1 … rτ), the ids of all the clients it covers, and n, how
+many of them took part. Once the covered clients of round r are exactly
+0 … M−1, the aggregator publishes
 
-    GLOBAL(r) = (Σ_workers model_sum) / M,
+    GLOBAL(r) = (Σ_updates model_sum) / (Σ_updates n),
 
-FedSEA's uniform average (1/M) Σ_m x_{t,m} — what
-:func:`streamfl.aggregation.weighted_average` with uniform weights (i.e.
-``W.mean(axis=0)``) computes in embedded mode. Partial sums are added in
-order of worker id; with one worker the result is bit-identical to
-``W.mean(axis=0)``, with several it can differ in the last bit only (the
-summation order changes).
+FedSEA's uniform average (1/M) Σ_m x_{rτ,m} (paper 002, Algorithm 1) when
+every client took part — what :class:`streamfl.aggregation.FedAvg` computes in
+embedded mode (``W.mean(axis=0)``); with partial participation (real tables
+whose clients start or end at different steps) the average over the clients
+that took part, as embedded. A round in which no client took part is
+published with n = 0 and the clients keep their models. Sums are added in
+order of each update's smallest client id; the result equals the embedded
+one up to the last bits (the summation order changes).
 
+Re-sent contributions
+---------------------
+After a rebalance the new owner of a client replays it from its checkpoint
+and may reach the round end again. Workers leave out clients whose
+contribution for the round is already on the updates topic (they scan it when
+they restore), and the aggregator also ignores — logs at INFO, counts in
+:attr:`RoundAggregator.duplicates` — an UPDATE whose clients were all counted
+for the round already, or whose round is already published.
+
+Rejections
+----------
 An UPDATE is rejected — logged with its reason and copied to the run's
 dead-letter topic, never averaged — when it is malformed (including NaN or
 inf values, see :func:`streamfl.transport.format.decode`), is not an UPDATE,
-is for a round already published, repeats a worker within a round, has a
-model shape different from the round's, or would push the round's count above
-M. A round with a rejected update never completes; the workers' barrier then
-times out with an error naming the dead-letter topic.
-
-Per-client updates and idempotence
-----------------------------------
-Workers under consumer-group membership (:mod:`consumers.worker`) send
-:class:`~streamfl.transport.format.RoundModels`: the models of the clients
-they own, one row per client. Contributions are keyed by client, so a client
-re-sent after a rebalance (replayed from the last checkpoint: the same model)
-is ignored — logged at INFO, not dead-lettered — and so is any MODELS record
-for a round already published. A client id ≥ M is rejected
-(``unknown_client``). The global model is Σ_m x_m / M summed in client order:
-the same arithmetic as ``W.mean(axis=0)`` in embedded mode (bit for bit),
-whichever worker sent which client.
+names a client id ≥ M (``unknown_client``), has a model shape different from
+the round's (``shape_mismatch``), or covers some clients already counted for
+the round together with others that are not (``overlapping_clients``: a sum
+cannot be split). A round with a rejected update never completes; the
+workers' barrier then times out with an error naming the dead-letter topic.
 
 Restart
 -------
@@ -59,7 +64,7 @@ import time
 
 import numpy as np
 
-from streamfl.transport.format import FormatError, Global, RoundModels, Update, decode, encode
+from streamfl.transport.format import FormatError, Global, Update, decode, encode
 from streamfl.transport.state import resilient_producer as make_producer
 from streamfl.transport.state import resilient_reader as make_reader
 from streamfl.transport.topics import Topics, dead_letter, key_of
@@ -76,107 +81,77 @@ class Rejected(ValueError):
 
 
 class RoundAggregator:
-    """Pure round bookkeeping (no Kafka): feed UPDATEs, get GLOBALs.
+    """Round bookkeeping without Kafka: feed UPDATEs, get GLOBALs (see the module doc).
 
     Parameters
     ----------
     n_clients : int
-        M; a round is complete when its updates' ``n_clients`` sum to M.
+        M; round r is complete when its updates cover clients 0 … M−1.
+    published : int
+        Highest round already published (a restarted aggregator's start).
 
     Examples
     --------
     >>> agg = RoundAggregator(3)
-    >>> agg.add(Update(1, 0, 2, np.array([[3.0]]))) is None
+    >>> agg.add(Update(1, 0, np.array([0, 2]), np.array([[3.0]]))) is None
     True
-    >>> agg.add(Update(1, 1, 1, np.array([[3.0]]))).model
+    >>> agg.add(Update(1, 1, np.array([1]), np.array([[3.0]]))).model
     array([[2.]])
+    >>> agg.add(Update(1, 1, np.array([1]), np.array([[3.0]]))) is None    # re-sent: ignored
+    True
     """
 
     def __init__(self, n_clients: int, published: int = 0):
         self.M = int(n_clients)
-        self.rounds: dict[int, dict] = {}    # round → {("w", worker) | ("c", client): (count, model sum)}
+        self.rounds: dict[int, list[tuple[int, set, np.ndarray, int]]] = {}   # r → [(min id, ids, sum, n)]
         self.published = int(published)      # highest round published
-        self.duplicates = 0                  # MODELS rows ignored as re-sent
-
-    def add_models(self, msg: RoundModels) -> Global | None:
-        """Record per-client models; return the round's GLOBAL once complete, else None.
-
-        Clients already counted for the round, and records of rounds already
-        published, are ignored (see the module doc).
-
-        Raises
-        ------
-        Rejected
-            ``unknown_client``, ``shape_mismatch`` or ``too_many_clients``
-            (mixed with :class:`Update` records); nothing of the record is counted then.
-        """
-        r = msg.round
-        if r <= self.published and r not in self.rounds:
-            self.duplicates += len(msg.clients)
-            log.info("ignored MODELS of round %d from worker %d: round already published", r, msg.worker)
-            return None
-        ids = msg.clients.tolist()
-        if max(ids) >= self.M:
-            raise Rejected("unknown_client", f"round {r}: client ids {ids}, M = {self.M}")
-        parts = self.rounds.get(r, {})
-        shape = next(iter(parts.values()))[1].shape if parts else msg.models.shape[1:]
-        if msg.models.shape[1:] != shape:
-            raise Rejected("shape_mismatch", f"round {r}: models {msg.models.shape[1:]}, others {shape}")
-        new = [(m, x) for m, x in zip(ids, msg.models) if ("c", m) not in parts]
-        if len(new) < len(ids):
-            self.duplicates += len(ids) - len(new)
-            log.info("round %d: ignored re-sent clients %s from worker %d", r,
-                     sorted(set(ids) - {m for m, _ in new}), msg.worker)
-        count = sum(c for c, _ in parts.values()) + len(new)
-        if count > self.M:
-            raise Rejected("too_many_clients", f"round {r} would average {count} clients, M = {self.M}")
-        parts = self.rounds.setdefault(r, parts)
-        for m, x in new:
-            parts[("c", m)] = (1, x)
-        return self._maybe_complete(r, count)
-
-    def _maybe_complete(self, r: int, count: int) -> Global | None:
-        if count < self.M:
-            return None
-        parts = self.rounds.pop(r)
-        self.published = max(self.published, r)
-        keys = sorted(parts)
-        total = np.zeros_like(parts[keys[0]][1])
-        for k in keys:
-            total += parts[k][1]
-        return Global(round=r, model=total / self.M)
+        self.duplicates = 0                  # updates ignored as re-sent
 
     def add(self, upd: Update) -> Global | None:
-        """Record one update; return the round's GLOBAL once complete, else None.
+        """Count one update; return the round's GLOBAL once complete, else None.
 
         Raises
         ------
         Rejected
-            ``stale_round``, ``duplicate_worker``, ``shape_mismatch`` or ``too_many_clients``.
+            ``unknown_client``, ``shape_mismatch`` or ``overlapping_clients``;
+            nothing of the update is counted then.
         """
-        r = upd.round
-        if r <= self.published and r not in self.rounds:
-            raise Rejected("stale_round", f"round {r} was already published")
-        parts = self.rounds.setdefault(r, {})
-        if ("w", upd.worker) in parts:
-            raise Rejected("duplicate_worker", f"worker {upd.worker} already sent round {r}")
-        if parts:
-            shape = next(iter(parts.values()))[1].shape
-            if upd.model_sum.shape != shape:
-                raise Rejected("shape_mismatch", f"round {r}: model {upd.model_sum.shape}, others {shape}")
-        count = sum(c for c, _ in parts.values()) + upd.n_clients
-        if count > self.M:
-            raise Rejected("too_many_clients", f"round {r} would average {count} clients, M = {self.M}")
-        parts[("w", upd.worker)] = (upd.n_clients, upd.model_sum)
-        return self._maybe_complete(r, count)
+        r, ids = upd.round, set(upd.clients.tolist())
+        if r <= self.published:
+            self.duplicates += 1
+            log.info("ignored UPDATE of round %d from worker %d: round already published", r, upd.worker)
+            return None
+        if max(ids) >= self.M:
+            raise Rejected("unknown_client", f"round {r}: client ids {sorted(ids)}, M = {self.M}")
+        parts = self.rounds.get(r, [])
+        if parts and upd.model_sum.shape != parts[0][2].shape:
+            raise Rejected("shape_mismatch", f"round {r}: model {upd.model_sum.shape}, others {parts[0][2].shape}")
+        counted = set().union(*(p[1] for p in parts))
+        if ids <= counted:
+            self.duplicates += 1
+            log.info("round %d: ignored clients %s re-sent by worker %d", r, sorted(ids), upd.worker)
+            return None
+        if ids & counted:
+            raise Rejected("overlapping_clients", f"round {r}: worker {upd.worker} sums clients {sorted(ids)}, of "
+                                                  f"which {sorted(ids & counted)} were counted already")
+        parts.append((min(ids), ids, upd.model_sum, int(upd.n_participants)))
+        self.rounds[r] = parts
+        if len(counted) + len(ids) < self.M:
+            return None
+        del self.rounds[r]
+        self.published = max(self.published, r)
+        total = np.zeros_like(parts[0][2])
+        n = 0
+        for _, _, model_sum, k in sorted(parts, key=lambda p: p[0]):
+            total += model_sum
+            n += k
+        return Global(round=r, model=total / n if n else total, n_participants=n)
 
 
 def handle(agg: RoundAggregator, raw: bytes) -> tuple[Global | None, str | None]:
     """Decode and add one record: (GLOBAL or None, rejection reason or None). Logs rejections."""
     try:
         msg = decode(raw)
-        if isinstance(msg, RoundModels):
-            return agg.add_models(msg), None
         if not isinstance(msg, Update):
             raise Rejected("not_an_update", f"got a {type(msg).__name__} record on the updates topic")
         return agg.add(msg), None

@@ -11,17 +11,21 @@ state is the client, its changelog is the compacted state topic
 that partition's clients from the changelog before it consumes their data.
 
 Per owned client the worker keeps its model x (d, K), its last completed step
-t, the data offset from which its records of steps > t are read, and the
-highest step whose LOSS is already on the loss topic. Clients at the same
+t, the data offset from which its records of steps > t are read, the
+highest step whose LOSS is already on the loss topic, and the highest round
+whose contribution is already on the updates topic. Clients at the same
 next step are trained together (one :class:`StackedLinear` over their rows —
 the embedded engine's arithmetic, row by row). For each step s the worker
 
 1. waits until it has the DATA record of step s of a client;
 2. runs test-then-train for all its clients at step s at once;
 3. publishes a LOSS record for the clients whose step s is not yet reported;
-4. if τ divides s, sends the clients' models for round r = s/τ
-   (:class:`~streamfl.transport.format.RoundModels`) and holds them until
-   GLOBAL(r) arrives on the global topic; then loads it and checkpoints.
+4. if τ divides s, holds the clients until GLOBAL(r), r = s/τ, arrives on the
+   global topic; then loads it and checkpoints. Once every owned client has
+   reached rτ, the worker sends ONE :class:`~streamfl.transport.format.Update`
+   for round r: the sum of its clients' models (those that saw a sample in
+   the round), naming the clients it covers (FedSEA, paper 002, Algorithm 1:
+   the server needs only Σ_m x_{rτ,m}).
 
 A client never passes step rτ before it has round r's global model.
 
@@ -48,10 +52,13 @@ reads the state topic's partition p to its end (watchdog: ``--restore-timeout``
 s without progress raises :class:`~streamfl.transport.state.RestoreStalled`),
 takes each client's latest checkpoint (none: zero model at t = 0, offset 0),
 scans the loss topic from the checkpoints' loss offset for steps already
-reported, seeks p to the smallest saved offset and resumes it. Replaying from
+reported and the updates topic (from where the checkpoint's round ended, per
+the GLOBAL record's ``updates_offset`` header) for round contributions already
+sent, seeks p to the smallest saved offset and resumes it. Replaying from
 the checkpoint gives the same numbers (streams and training are
-deterministic); LOSS records of already reported steps are not re-sent, and
-re-sent round models are ignored by the aggregator (keyed by client).
+deterministic); LOSS records of already reported steps and contributions
+already on the updates topic are not sent again (and the aggregator ignores
+an UPDATE whose clients it has counted).
 
 On revocation (listener, on Kafka's IO thread) the worker flushes its producer
 — so the next owner's loss scan sees everything this worker reported — and
@@ -95,12 +102,13 @@ import time
 
 import numpy as np
 
+from consumers.aggregator import UPDATES_OFFSET
 from streamfl.models import StackedLinear
-from streamfl.transport.format import ClientState, Data, FormatError, Global, Loss, RoundModels, decode, encode
+from streamfl.transport.format import ClientState, Data, FormatError, Global, Loss, Update, decode, encode
 from streamfl.transport.spec import LearnerSpec
 from streamfl.transport.state import (RestoreStalled, StateStore, create_state_topic, resilient_producer,
                                       resilient_reader, send_states)
-from streamfl.transport.topics import Topics, clients_of, dead_letter, key_of, quiet_kafka_logs
+from streamfl.transport.topics import FETCH_MAX_WAIT_MS, Topics, clients_of, dead_letter, key_of, quiet_kafka_logs
 
 log = logging.getLogger("streamfl.worker")
 
@@ -109,124 +117,12 @@ class WorkerError(RuntimeError):
     """A worker cannot continue; the message is one line for the user."""
 
 
-class ClientBlock:
-    """The k clients of one worker, trained together (rows of one model array).
-
-    Parameters
-    ----------
-    clients : sequence of int
-        The owned client ids (sorted); row i is client ``clients[i]``.
-    spec : LearnerSpec
-
-    Attributes
-    ----------
-    W : ndarray (k, d, K)
-        Current models; start at zero like the embedded engine.
-    """
-
-    def __init__(self, clients, spec: LearnerSpec):
-        self.clients = np.asarray(clients, dtype=np.int64)
-        self.model = StackedLinear(len(self.clients), spec.n_features, spec.task, spec.step_size,
-                                   spec.n_classes, spec.radius)
-
-    @property
-    def W(self) -> np.ndarray:
-        return self.model.W
-
-    def step(self, t: int, X: np.ndarray, y: np.ndarray, mask: np.ndarray | None):
-        """Test-then-train at step t.
-
-        Parameters
-        ----------
-        X : ndarray (k, b, d); y : ndarray (k, b); mask : ndarray (k,) bool or None
-
-        Returns
-        -------
-        losses : ndarray (k,)
-            Mini-batch mean loss before the update (0 where masked).
-        played : ndarray (k, d, K)
-            Copy of the models used for the test.
-        """
-        played = self.model.W.copy()
-        losses = self.model.test_then_train(X, y, t, mask)
-        return losses, played
-
-    def model_sum(self) -> np.ndarray:
-        """Σ over the worker's clients of their models, shape (d, K) (same reduction as ``W.mean(axis=0)``)."""
-        return self.model.W.sum(axis=0)
-
-    def load(self, model: np.ndarray) -> None:
-        """Broadcast the global model (d, K) into every client."""
-        self.model.W[:] = model
-
-
-class StepBuffer:
-    """Collects DATA records per step until every owned client has one.
-
-    Duplicates (re-delivered after a rebalance) and records of steps already
-    processed or of clients not owned are ignored.
-
-    Parameters
-    ----------
-    clients : sequence of int
-    batch_size, n_features : int
-        b and d, to preallocate each step's (k, b, d) block.
-    """
-
-    def __init__(self, clients, batch_size: int, n_features: int):
-        self.index = {int(m): i for i, m in enumerate(clients)}
-        self.k, self.b, self.d = len(self.index), batch_size, n_features
-        self.pending: dict[int, list] = {}
-        self.received = np.zeros(self.k, dtype=np.int64)   # highest step received per client
-        self.done_upto = 0                                  # steps already popped
-
-    def add(self, msg: Data) -> bool:
-        """Store one record; False if it was ignored.
-
-        Raises
-        ------
-        WorkerError
-            If the record's shape does not match (b, d).
-        """
-        i = self.index.get(msg.client)
-        if i is None or msg.t <= self.done_upto:
-            return False
-        if msg.X.shape != (self.b, self.d):
-            raise WorkerError(f"DATA record of client {msg.client} at step {msg.t} has X {msg.X.shape}, "
-                              f"expected ({self.b}, {self.d})")
-        slot = self.pending.get(msg.t)
-        if slot is None:
-            slot = self.pending[msg.t] = [np.empty((self.k, self.b, self.d)), np.empty((self.k, self.b)),
-                                          np.ones(self.k, bool), np.zeros(self.k, bool)]
-        if slot[3][i]:
-            return False
-        slot[0][i], slot[1][i], slot[2][i], slot[3][i] = msg.X, msg.y, msg.present, True
-        self.received[i] = max(self.received[i], msg.t)
-        return True
-
-    def pop(self, t: int):
-        """(X (k,b,d), y (k,b), mask (k,) or None if all present) of step t, or None if incomplete."""
-        slot = self.pending.get(t)
-        if slot is None or not slot[3].all():
-            return None
-        del self.pending[t]
-        self.done_upto = t
-        mask = None if slot[2].all() else slot[2]
-        return slot[0], slot[1], mask
-
-    def missing(self, t: int) -> list[int]:
-        """Client ids still missing for step t."""
-        slot = self.pending.get(t)
-        filled = np.zeros(self.k, bool) if slot is None else slot[3]
-        ids = list(self.index)
-        return [ids[i] for i in np.flatnonzero(~filled)]
-
-    def complete(self, n_steps: int) -> bool:
-        """True once every owned client's records up to step ``n_steps`` have arrived."""
-        return bool(self.k == 0 or self.received.min() >= n_steps)
-
-
 CHECKPOINT_EVERY = 100      # steps between checkpoints when τ is unset
+# Per-client int64 state, one row per owned client: t last completed step; off data offset to resume from;
+# reported highest step on the loss topic; wait round whose GLOBAL the client waits for (0: none); ckpt step
+# of its last checkpoint; loss_from loss offset to scan from; received highest step buffered; seen steps
+# with a sample in the current round; sent highest round whose contribution is on the updates topic.
+_PER_CLIENT = ("t", "off", "reported", "wait", "ckpt", "loss_from", "received", "seen", "sent")
 JOIN_POLL_MS = 10000        # poll timeout while a group join is pending (see Worker._join_pending)
 
 
@@ -273,7 +169,8 @@ class Worker:
         self.shape = (spec.n_features, K)
         self._set_rows([], {})
         self.pending: dict[int, dict[int, tuple]] = {}   # step → client → (X, y, present, offset)
-        self.globals: dict[int, np.ndarray] = {}
+        self.globals: dict[int, Global] = {}
+        self.updates_from: dict[int, int] = {}            # round r → updates-topic offset where round r+1 starts
         self.owned: set[int] = set()                       # partitions restored and being processed
         self.target: set[int] = set()                      # the group's current assignment (listener)
         self.revoked: set[int] = set()                     # revoked since the main thread last looked
@@ -292,7 +189,7 @@ class Worker:
         self.row = {int(c): i for i, c in enumerate(self.clients)}
         k = len(self.clients)
         self.W = np.zeros((k, *self.shape))
-        for name in ("t", "off", "reported", "wait", "ckpt", "loss_from", "received"):
+        for name in _PER_CLIENT:
             setattr(self, name, np.zeros(k, dtype=np.int64))
         for name, by_client in values.items():
             arr = getattr(self, name)
@@ -300,9 +197,14 @@ class Worker:
                 arr[self.row[c]] = v
 
     def _snapshot(self) -> dict:
-        names = ("W", "t", "off", "reported", "wait", "ckpt", "loss_from", "received")
+        names = ("W",) + _PER_CLIENT
         return {n: {int(c): getattr(self, n)[i].copy() if n == "W" else int(getattr(self, n)[i])
                     for i, c in enumerate(self.clients)} for n in names}
+
+    def _still_owned(self, rows: np.ndarray) -> np.ndarray:
+        """Mask of ``rows`` whose partition the group has not revoked (the listener may have, meanwhile)."""
+        target = self.target
+        return np.fromiter((int(c) % self.P in target for c in self.clients[rows]), bool, len(rows))
 
     def _partition_rows(self, p: int) -> np.ndarray:
         return np.flatnonzero(self.clients % self.P == p)
@@ -335,7 +237,7 @@ class Worker:
         session = int(self.session_timeout * 1000)
         self.consumer = KafkaConsumer(
             bootstrap_servers=self.bootstrap, group_id=self.topics.worker_group, client_id=self.client_id,
-            enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=20,
+            enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
             bootstrap_timeout_ms=10000, partition_assignment_strategy=(Assignor,),
             session_timeout_ms=session, heartbeat_interval_ms=max(500, session // 6),
             max_poll_interval_ms=max(30000, int(4 * self.timeout * 1000)), request_timeout_ms=15000,
@@ -347,14 +249,14 @@ class Worker:
         return TopicPartition(self.topics.data, p)
 
     def _on_revoked(self, tps, flush: bool) -> None:
+        ps = {tp.partition for tp in tps if tp.topic == self.topics.data}
+        self.target -= ps          # first: from now on the main thread sends nothing for these clients
+        self.revoked |= ps
         if flush:
-            try:     # the next owner's loss scan must see everything this worker reported
+            try:     # the next owner's scans must see everything this worker reported
                 self.producer.flush(timeout=self.timeout)
             except Exception as e:
                 log.warning("flush on revocation failed: %s", e)
-        ps = {tp.partition for tp in tps if tp.topic == self.topics.data}
-        self.target -= ps
-        self.revoked |= ps
         log.info("partitions %s revoked%s", sorted(ps), "" if flush else " (lost)")
 
     def _on_assigned(self, tps) -> None:
@@ -403,6 +305,8 @@ class Worker:
         states = {c: self.store.latest.get(c) for c in new_clients}
         loss_from = min((s.loss_offset if s is not None else 0) for s in states.values()) if states else 0
         reported = self._scan_reported(set(new_clients), loss_from)
+        first_round = min((s.t if s is not None else 0) for s in states.values()) // (self.tau or 1) if states else 0
+        sent = self._scan_sent(set(new_clients), self.updates_from.get(first_round, 0))
         self._scan_dead(set(parts))
         snap = self._snapshot()
         for c in new_clients:
@@ -413,7 +317,8 @@ class Worker:
             snap["off"][c] = 0 if s is None else s.offset
             snap["loss_from"][c] = 0 if s is None else s.loss_offset
             snap["reported"][c] = max(t, reported.get(c, 0))
-            snap["wait"][c] = 0
+            snap["wait"][c] = snap["seen"][c] = 0            # checkpoints are taken at round boundaries
+            snap["sent"][c] = sent.get(c, 0)
         self._set_rows(sorted(set(self.clients.tolist()) | set(new_clients)), snap)
         for p in parts:
             rows = self._partition_rows(p)
@@ -444,42 +349,63 @@ class Worker:
         finally:
             reader.close()
 
-    def _scan_reported(self, clients: set, start: int) -> dict:
-        """Highest step already on the loss topic per client of ``clients``, reading from offset ``start``."""
+    def _scan(self, reader, topic: str, start: int, on_msg) -> None:
+        """Read partition 0 of ``topic`` from offset ``start`` to its current end, calling ``on_msg(msg)``
+        for every well-formed record (restoration; watchdog ``restore_timeout``)."""
         from kafka import TopicPartition
-        out: dict[int, int] = {}
-        if not clients:
-            return out
-        tp = TopicPartition(self.topics.loss, 0)
+        tp = TopicPartition(topic, 0)
         deadline = time.monotonic() + self.restore_timeout
         while True:
             try:
-                end = self.loss_reader.end_offsets([tp])[tp]
+                end = reader.end_offsets([tp])[tp]
                 break
             except Exception as e:
                 if time.monotonic() > deadline:
-                    raise WorkerError(f"worker {self.id}: cannot read the end of {self.topics.loss} "
+                    raise WorkerError(f"worker {self.id}: cannot read the end of {topic} "
                                       f"({type(e).__name__}) within {self.restore_timeout:.0f} s") from None
                 time.sleep(0.2)
-        self.loss_reader.seek(tp, start)
+        reader.seek(tp, start)
         last = time.monotonic()
-        while self.loss_reader.position(tp) < end:
-            got = self.loss_reader.poll(timeout_ms=100)
+        while reader.position(tp) < end:
+            got = reader.poll(timeout_ms=100)
             for records in got.values():
                 for rec in records:
                     try:
-                        msg = decode(rec.value)
+                        on_msg(decode(rec.value))
                     except FormatError:
                         continue
-                    if isinstance(msg, Loss):
-                        for c in msg.clients.tolist():
-                            if c in clients and msg.t > out.get(c, 0):
-                                out[c] = msg.t
             if got:
                 last = time.monotonic()
             elif time.monotonic() - last > self.restore_timeout:
-                raise WorkerError(f"worker {self.id}: restoring stalled reading {self.topics.loss} at offset "
-                                  f"{self.loss_reader.position(tp)} of {end} ({self.restore_timeout:.0f} s without progress)")
+                raise WorkerError(f"worker {self.id}: restoring stalled reading {topic} at offset "
+                                  f"{reader.position(tp)} of {end} ({self.restore_timeout:.0f} s without progress)")
+
+    def _scan_reported(self, clients: set, start: int) -> dict:
+        """Highest step already on the loss topic per client of ``clients``, reading from offset ``start``."""
+        out: dict[int, int] = {}
+
+        def on_msg(msg):
+            if isinstance(msg, Loss):
+                for c in msg.clients.tolist():
+                    if c in clients and msg.t > out.get(c, 0):
+                        out[c] = msg.t
+
+        if clients:
+            self._scan(self.loss_reader, self.topics.loss, start, on_msg)
+        return out
+
+    def _scan_sent(self, clients: set, start: int) -> dict:
+        """Highest round whose contribution is already on the updates topic, per client of ``clients``."""
+        out: dict[int, int] = {}
+
+        def on_msg(msg):
+            if isinstance(msg, Update):
+                for c in msg.clients.tolist():
+                    if c in clients and msg.round > out.get(c, 0):
+                        out[c] = msg.round
+
+        if clients and self.tau is not None:
+            self._scan(self.updates_reader, self.topics.updates, start, on_msg)
         return out
 
     # ---- data, globals ---------------------------------------------------------------------------------
@@ -561,7 +487,10 @@ class Worker:
                 except FormatError as e:
                     raise WorkerError(f"worker {self.id}: malformed GLOBAL record at offset {rec.offset}: {e}") from None
                 if isinstance(msg, Global):
-                    self.globals.setdefault(msg.round, msg.model)
+                    self.globals.setdefault(msg.round, msg)
+                    hdr = dict(rec.headers or ()).get(UPDATES_OFFSET)
+                    if hdr:
+                        self.updates_from[msg.round] = int(hdr.decode())
 
     # ---- learning ----------------------------------------------------------------------------------------
     def _model(self, n: int) -> StackedLinear:
@@ -581,9 +510,10 @@ class Worker:
                 if loaded:
                     rows = np.asarray(loaded)
                     for r in np.unique(self.wait[rows]):
-                        sel = rows[self.wait[rows] == r]
-                        self.W[sel] = self.globals[int(r)]
-                    self.wait[rows] = 0
+                        g = self.globals[int(r)]
+                        if g.n_participants:          # 0: nobody took part, the clients keep their models
+                            self.W[rows[self.wait[rows] == r]] = g.model
+                    self.wait[rows] = self.seen[rows] = 0
                     self._checkpoint(rows)
                     progressed = True
             nxt = self.t + 1
@@ -594,6 +524,9 @@ class Worker:
             s = min(int(nxt[i]) for i in ready)
             self._step(s, np.asarray([i for i in ready if nxt[i] == s]))
             progressed = True
+        waiting = self.wait[self.wait > 0]
+        if len(waiting):          # ownership changes can complete a round's update (see _send_update)
+            self._send_update(int(waiting.min()))
         done = np.flatnonzero((self.t >= self.T) & (self.wait == 0) & (self.ckpt < self.T))
         if len(done):
             self._checkpoint(done)
@@ -601,7 +534,7 @@ class Worker:
         return progressed
 
     def _step(self, s: int, rows: np.ndarray) -> None:
-        """Test-then-train the clients ``rows`` at step s, report, and send round models at a round's end."""
+        """Test-then-train the clients ``rows`` at step s, report their losses, and at a round's end wait (and send)."""
         slot = self.pending[s]
         ids = self.clients[rows].tolist()
         recs = [slot.pop(c) for c in ids]
@@ -618,22 +551,42 @@ class Worker:
         self.t[rows] = s
         self.off[rows] = [r[3] + 1 for r in recs]
         self.steps_done += 1
-        new = self.reported[rows] < s
+        new = (self.reported[rows] < s) & self._still_owned(rows)
         if new.any():
             fut = self.producer.send(self.topics.loss, key=key_of(self.id), partition=0,
                                      value=encode(Loss(t=s, worker=self.id, clients=self.clients[rows][new],
                                                        losses=losses[new], played=played[new])))
             self._last_loss_future = fut
             self.reported[rows[new]] = s
+        self.seen[rows] += present
         if self.tau is not None and s % self.tau == 0:
-            r = s // self.tau
-            self.wait[rows] = r
-            if r not in self.globals:
-                self.producer.send(self.topics.updates, key=key_of(self.id), partition=0,
-                                   value=encode(RoundModels(round=r, worker=self.id, clients=self.clients[rows],
-                                                            models=self.W[rows])))
+            self.wait[rows] = s // self.tau
+            self._send_update(s // self.tau)
         elif s % self.every == 0:
             self._checkpoint(rows)
+
+    def _send_update(self, r: int) -> None:
+        """Send this worker's pre-summed UPDATE of round r once every owned client has reached step rτ.
+
+        It covers the clients waiting for GLOBAL(r) whose contribution is not
+        on the updates topic yet (``sent`` < r; a new owner learns what the
+        previous one sent when it restores), and sums the models of those that
+        saw a sample in the round (FedAvg's participating clients). Nothing is
+        sent when GLOBAL(r) is known already or some owned client is still
+        before rτ (it joins this update when it gets there).
+        """
+        if r in self.globals or (self.t < r * self.tau).any():
+            return
+        rows = np.flatnonzero((self.wait == r) & (self.sent < r))
+        rows = rows[self._still_owned(rows)]
+        if not len(rows):
+            return
+        took_part = rows[self.seen[rows] > 0]
+        total = self.W[took_part].sum(axis=0) if len(took_part) else np.zeros(self.shape)
+        self.producer.send(self.topics.updates, key=key_of(self.id), partition=0,
+                           value=encode(Update(round=r, worker=self.id, clients=self.clients[rows], model_sum=total,
+                                               n_participants=len(took_part))))
+        self.sent[rows] = r
 
     def _checkpoint(self, rows: np.ndarray) -> None:
         """Write the clients' checkpoints, wait for their acknowledgement, then commit data offsets."""
@@ -693,6 +646,7 @@ class Worker:
         self.producer = resilient_producer(self.bootstrap, self.client_id)
         self.global_reader = resilient_reader(self.bootstrap, self.client_id + "-global", self.topics.global_)
         self.loss_reader = resilient_reader(self.bootstrap, self.client_id + "-loss", self.topics.loss)
+        self.updates_reader = resilient_reader(self.bootstrap, self.client_id + "-updates", self.topics.updates)
         self.store = StateStore(self.bootstrap, self.run_id, self.P, self.client_id + "-state")
         if self.kafka_debug:
             kl = logging.getLogger("kafka")
@@ -723,7 +677,7 @@ class Worker:
             self._flush("the last records")
             log.info("worker %d finished: the run is complete (%d local steps)", self.id, self.steps_done)
         finally:
-            for c in ("consumer", "global_reader", "loss_reader"):
+            for c in ("consumer", "global_reader", "loss_reader", "updates_reader"):
                 try:
                     getattr(self, c).close(autocommit=False)
                 except Exception:

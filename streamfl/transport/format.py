@@ -1,11 +1,11 @@
-"""The binary wire format of every Kafka record of a streamfl run (version 1).
+"""The binary wire format of every Kafka record of a streamfl run (version 2).
 
 Every record value is one message::
 
     offset  size  field
     0       3     magic        b"SFL"
-    3       1     version      uint8, currently 1
-    4       1     type         uint8: 1 DATA, 2 LOSS, 3 UPDATE, 4 GLOBAL
+    3       1     version      uint8, currently 2
+    4       1     type         uint8: 1 DATA, 2 LOSS, 3 UPDATE, 4 GLOBAL, 6 STATE
     5       1     n_arrays     uint8, number of arrays carried
     6       ...   fields       type-specific fixed fields (below), little-endian
     ...           descriptors  per array: dtype code (uint8), ndim (uint8),
@@ -28,17 +28,20 @@ DATA      t int64 (step, 1-based), client int32,      X float64 (b, d), y float6
           optimum carried)
 LOSS      t int64 (step, 1-based), worker int32       clients int64 (k,), losses float64 (k,),
                                                       played float64 (k, d, K)
-UPDATE    round int64 (1-based), worker int32,        model_sum float64 (d, K)
-          n_clients int32
-GLOBAL    round int64 (1-based)                       model float64 (d, K)
-MODELS    round int64 (1-based), worker int32         clients int64 (q,), models float64 (q, d, K)
+UPDATE    round int64 (1-based), worker int32,        clients int64 (q,), model_sum float64 (d, K)
+          n_participants int32 (0 ≤ n ≤ q)
+GLOBAL    round int64 (1-based),                      model float64 (d, K)
+          n_participants int32 (≥ 0)
 STATE     client int32, t int64 (≥ 0),                model float64 (d, K)
           offset int64 (≥ 0), loss_offset int64 (≥ 0)
 ========  ==========================================  ===============================================
 
-MODELS (type 5) and STATE (type 6) were added for fault-tolerant group
-membership (:mod:`consumers.worker`, :mod:`streamfl.transport.state`); the
-first four types are unchanged.
+Version history: 2 — UPDATE names the clients it sums (so that the
+aggregator can tell a contribution re-sent after a rebalance) and how many of
+them took part in the round, GLOBAL says how many clients it averages, and
+type 5 (per-client round models) is retired; STATE (type 6) stores client
+checkpoints (:mod:`streamfl.transport.state`). A reader refuses records of
+another version (``bad_version``).
 
 :func:`decode` validates everything and raises :class:`FormatError`, whose
 ``reason`` is one of ``truncated``, ``bad_magic``, ``bad_version``,
@@ -48,10 +51,10 @@ ranges) but not finiteness, so that a diverging worker's NaN update still
 reaches the aggregator, which rejects it with a reason.
 
 >>> import numpy as np
->>> msg = Global(round=3, model=np.array([[0.5], [-1.0]]))
+>>> msg = Global(round=3, model=np.array([[0.5], [-1.0]]), n_participants=8)
 >>> raw = encode(msg)
 >>> raw[:5], len(raw)
-(b'SFL\\x01\\x04', 40)
+(b'SFL\\x02\\x04', 44)
 >>> back = decode(raw)
 >>> back.round, back.model.ravel().tolist()
 (3, [0.5, -1.0])
@@ -59,6 +62,7 @@ reaches the aggregator, which rejects it with a reason.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
@@ -66,14 +70,15 @@ from enum import IntEnum
 import numpy as np
 
 MAGIC = b"SFL"
-VERSION = 1
+VERSION = 2
 
 _PREFIX = struct.Struct("<3sBBB")            # magic, version, type, n_arrays
 _DESC = struct.Struct("<BB")                 # dtype code, ndim
-_DIM = struct.Struct("<I")
 _DTYPES = {1: np.dtype("<f8"), 2: np.dtype("<i8")}
+_NATIVE = {code: dtype.newbyteorder("=") for code, dtype in _DTYPES.items()}
 _CODES = {np.dtype("<f8"): 1, np.dtype("<i8"): 2}
 MAX_NDIM = 8
+_DIMS = [struct.Struct(f"<{k}I") for k in range(MAX_NDIM + 1)]     # an array's ndim uint32 dimensions
 
 
 class MsgType(IntEnum):
@@ -83,8 +88,7 @@ class MsgType(IntEnum):
     LOSS = 2
     UPDATE = 3
     GLOBAL = 4
-    MODELS = 5
-    STATE = 6
+    STATE = 6         # 5 is retired (per-client round models of version 1)
 
 
 class FormatError(ValueError):
@@ -161,23 +165,37 @@ class Loss:
 
 @dataclass
 class Update:
-    """A worker's contribution to round r (worker → aggregator).
+    """A worker's pre-summed contribution to round r (worker → aggregator).
+
+    FedSEA (paper 002, Algorithm 1) averages x_{rτ,m} over the clients; a
+    worker adds up its own clients' models so that one record per worker and
+    round travels, and names the clients it covers, so that a client whose
+    contribution is re-sent after a rebalance is recognised.
 
     Attributes
     ----------
     round : int
         r = t / τ, 1-based.
     worker : int
-    n_clients : int
-        How many client models ``model_sum`` adds up (≥ 1).
+        Sender (for logs only).
+    clients : ndarray (q,) int64
+        Distinct client ids m ≥ 0 this record covers.
     model_sum : ndarray (d, K) float64
-        Σ_m x_{t,m} over the worker's clients, after local training at step t.
+        Σ x_{rτ,m} over the covered clients that took part in the round (saw
+        at least one sample in steps (r−1)τ+1 … rτ), after local training.
+    n_participants : int or None
+        How many covered clients took part, 0 ≤ n ≤ q; None means all q.
     """
 
     round: int
     worker: int
-    n_clients: int
+    clients: np.ndarray
     model_sum: np.ndarray
+    n_participants: int | None = None
+
+    def __post_init__(self):
+        if self.n_participants is None:
+            self.n_participants = int(np.size(self.clients))
 
 
 @dataclass
@@ -189,39 +207,17 @@ class Global:
     round : int
         r, 1-based.
     model : ndarray (d, K) float64
-        (1/M) Σ_m x_{t,m}.
+        (1/n) Σ x_{rτ,m} over the n clients that took part in the round
+        (all M on a synthetic stream: FedSEA's uniform average).
+    n_participants : int
+        n ≥ 0. When 0 no client saw a sample in the round: the clients keep
+        their own models (``model`` is zeros and is not loaded), as the
+        embedded :class:`~streamfl.aggregation.FedAvg` does.
     """
 
     round: int
     model: np.ndarray
-
-
-@dataclass
-class RoundModels:
-    """Some clients' models at the end of round r, one per client (worker → aggregator).
-
-    Sent instead of :class:`Update` by workers under consumer-group
-    membership: the aggregator keys contributions by client, so a client
-    re-sent after a rebalance (replayed from the last checkpoint, hence the
-    same model) is ignored, and the average is summed in client order — the
-    same numbers whichever worker owned which client.
-
-    Attributes
-    ----------
-    round : int
-        r = t / τ, 1-based.
-    worker : int
-        Sender (for logs only).
-    clients : ndarray (q,) int64
-        Distinct client ids m (≥ 0).
-    models : ndarray (q, d, K) float64
-        x_{t,m} after local training at step t = rτ, row i for ``clients[i]``.
-    """
-
-    round: int
-    worker: int
-    clients: np.ndarray
-    models: np.ndarray
+    n_participants: int
 
 
 @dataclass
@@ -251,16 +247,18 @@ class ClientState:
     model: np.ndarray
 
 
-Message = Data | Loss | Update | Global | RoundModels | ClientState
+Message = Data | Loss | Update | Global | ClientState
 
 _FIELDS = {
     MsgType.DATA: struct.Struct("<qiB"),
     MsgType.LOSS: struct.Struct("<qi"),
     MsgType.UPDATE: struct.Struct("<qii"),
-    MsgType.GLOBAL: struct.Struct("<q"),
-    MsgType.MODELS: struct.Struct("<qi"),
+    MsgType.GLOBAL: struct.Struct("<qi"),
     MsgType.STATE: struct.Struct("<iqqq"),
 }
+_KINDS = {int(k): k for k in MsgType}
+_ARRAY_KINDS = {MsgType.DATA: "fff", MsgType.LOSS: "iff", MsgType.UPDATE: "if", MsgType.GLOBAL: "f",
+                MsgType.STATE: "f"}        # numpy kind of each array, in order
 _INT64 = (-(2**63), 2**63 - 1)
 _INT32 = (-(2**31), 2**31 - 1)
 
@@ -272,45 +270,55 @@ def _array(name: str, a, dtype: str) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.dtype(dtype))
 
 
-def _need(cond: bool, reason: str, detail: str):
-    if not cond:
-        raise FormatError(reason, detail)
-
-
 def _check_shapes(kind: MsgType, arrays: list[np.ndarray], flags: int = 0):
     """Shape rules shared by encode and decode."""
     shapes = [a.shape for a in arrays]
     if kind == MsgType.DATA:
         has_opt = bool(flags & 2)
-        _need(len(arrays) == (3 if has_opt else 2), "shape_mismatch",
-              f"DATA carries {len(arrays)} arrays, expected {3 if has_opt else 2} (optimum flag {has_opt})")
+        if len(arrays) != (3 if has_opt else 2):
+            raise FormatError("shape_mismatch", f"DATA carries {len(arrays)} arrays, expected {3 if has_opt else 2} (optimum flag {has_opt})")
         X, y = shapes[0], shapes[1]
-        _need(len(X) == 2, "shape_mismatch", f"DATA X must be (b, d), got {X}")
-        _need(y == (X[0],), "shape_mismatch", f"DATA y must be (b,) = ({X[0]},), got {y}")
-        _need(X[0] >= 1 and X[1] >= 1, "shape_mismatch", f"DATA X must be non-empty, got {X}")
+        if len(X) != 2:
+            raise FormatError("shape_mismatch", f"DATA X must be (b, d), got {X}")
+        if y != (X[0],):
+            raise FormatError("shape_mismatch", f"DATA y must be (b,) = ({X[0]},), got {y}")
+        if not (X[0] >= 1 and X[1] >= 1):
+            raise FormatError("shape_mismatch", f"DATA X must be non-empty, got {X}")
         if has_opt:
-            _need(shapes[2] == (X[1],), "shape_mismatch", f"DATA optimum must be (d,) = ({X[1]},), got {shapes[2]}")
-    elif kind == MsgType.MODELS:
-        _need(len(arrays) == 2, "shape_mismatch", f"MODELS carries {len(arrays)} arrays, expected 2")
+            if shapes[2] != (X[1],):
+                raise FormatError("shape_mismatch", f"DATA optimum must be (d,) = ({X[1]},), got {shapes[2]}")
+    elif kind == MsgType.UPDATE:
+        if len(arrays) != 2:
+            raise FormatError("shape_mismatch", f"UPDATE carries {len(arrays)} arrays, expected 2")
         c, m = shapes
-        _need(len(c) == 1 and c[0] >= 1, "shape_mismatch", f"MODELS clients must be (q,) with q ≥ 1, got {c}")
-        _need(len(m) == 3 and m[0] == c[0], "shape_mismatch", f"MODELS models must be ({c[0]}, d, K), got {m}")
+        if not (len(c) == 1 and c[0] >= 1):
+            raise FormatError("shape_mismatch", f"UPDATE clients must be (q,) with q ≥ 1, got {c}")
+        if len(m) != 2:
+            raise FormatError("shape_mismatch", f"UPDATE model_sum must be (d, K), got {m}")
     elif kind == MsgType.LOSS:
-        _need(len(arrays) == 3, "shape_mismatch", f"LOSS carries {len(arrays)} arrays, expected 3")
+        if len(arrays) != 3:
+            raise FormatError("shape_mismatch", f"LOSS carries {len(arrays)} arrays, expected 3")
         c, l, p = shapes
-        _need(len(c) == 1 and c[0] >= 1, "shape_mismatch", f"LOSS clients must be (k,) with k ≥ 1, got {c}")
-        _need(l == c, "shape_mismatch", f"LOSS losses must be {c}, got {l}")
-        _need(len(p) == 3 and p[0] == c[0], "shape_mismatch", f"LOSS played must be ({c[0]}, d, K), got {p}")
+        if not (len(c) == 1 and c[0] >= 1):
+            raise FormatError("shape_mismatch", f"LOSS clients must be (k,) with k ≥ 1, got {c}")
+        if l != c:
+            raise FormatError("shape_mismatch", f"LOSS losses must be {c}, got {l}")
+        if not (len(p) == 3 and p[0] == c[0]):
+            raise FormatError("shape_mismatch", f"LOSS played must be ({c[0]}, d, K), got {p}")
     else:
-        name = {MsgType.UPDATE: "UPDATE model_sum", MsgType.STATE: "STATE model"}.get(kind, "GLOBAL model")
-        _need(len(arrays) == 1, "shape_mismatch", f"{kind.name} carries {len(arrays)} arrays, expected 1")
-        _need(len(shapes[0]) == 2, "shape_mismatch", f"{name} must be (d, K), got {shapes[0]}")
+        name = "STATE model" if kind == MsgType.STATE else "GLOBAL model"
+        if len(arrays) != 1:
+            raise FormatError("shape_mismatch", f"{kind.name} carries {len(arrays)} arrays, expected 1")
+        if len(shapes[0]) != 2:
+            raise FormatError("shape_mismatch", f"{name} must be (d, K), got {shapes[0]}")
 
 
 def _check_range(name, v, bounds, low=None):
-    _need(isinstance(v, (int, np.integer)) and not isinstance(v, bool), "bad_field", f"{name} must be an int, got {v!r}")
+    if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool)):
+        raise FormatError("bad_field", f"{name} must be an int, got {v!r}")
     lo = bounds[0] if low is None else low
-    _need(lo <= v <= bounds[1], "bad_field", f"{name} must be in [{lo}, {bounds[1]}], got {v}")
+    if not (lo <= v <= bounds[1]):
+        raise FormatError("bad_field", f"{name} must be in [{lo}, {bounds[1]}], got {v}")
 
 
 def encode(msg: Message) -> bytes:
@@ -348,20 +356,18 @@ def encode(msg: Message) -> bytes:
         kind, flags = MsgType.UPDATE, 0
         _check_range("round", msg.round, _INT64, 1)
         _check_range("worker", msg.worker, _INT32, 0)
-        _check_range("n_clients", msg.n_clients, _INT32, 1)
-        arrays = [_array("model_sum", msg.model_sum, "<f8")]
-        fields = _FIELDS[kind].pack(int(msg.round), int(msg.worker), int(msg.n_clients))
+        arrays = [_array("clients", msg.clients, "<i8"), _array("model_sum", msg.model_sum, "<f8")]
+        _check_range("n_participants", msg.n_participants, _INT32, 0)
+        if msg.n_participants > arrays[0].size:
+            raise FormatError("bad_field", f"UPDATE n_participants {msg.n_participants} exceeds its "
+                                           f"{arrays[0].size} client(s)")
+        fields = _FIELDS[kind].pack(int(msg.round), int(msg.worker), int(msg.n_participants))
     elif isinstance(msg, Global):
         kind, flags = MsgType.GLOBAL, 0
         _check_range("round", msg.round, _INT64, 1)
+        _check_range("n_participants", msg.n_participants, _INT32, 0)
         arrays = [_array("model", msg.model, "<f8")]
-        fields = _FIELDS[kind].pack(int(msg.round))
-    elif isinstance(msg, RoundModels):
-        kind, flags = MsgType.MODELS, 0
-        _check_range("round", msg.round, _INT64, 1)
-        _check_range("worker", msg.worker, _INT32, 0)
-        arrays = [_array("clients", msg.clients, "<i8"), _array("models", msg.models, "<f8")]
-        fields = _FIELDS[kind].pack(int(msg.round), int(msg.worker))
+        fields = _FIELDS[kind].pack(int(msg.round), int(msg.n_participants))
     elif isinstance(msg, ClientState):
         kind, flags = MsgType.STATE, 0
         _check_range("client", msg.client, _INT32, 0)
@@ -371,14 +377,15 @@ def encode(msg: Message) -> bytes:
         arrays = [_array("model", msg.model, "<f8")]
         fields = _FIELDS[kind].pack(int(msg.client), int(msg.t), int(msg.offset), int(msg.loss_offset))
     else:
-        raise TypeError(f"encode() takes a Data, Loss, Update, Global, RoundModels or ClientState message, "
+        raise TypeError(f"encode() takes a Data, Loss, Update, Global or ClientState message, "
                         f"got {type(msg).__name__}")
     _check_shapes(kind, arrays, flags)
     parts = [_PREFIX.pack(MAGIC, VERSION, int(kind), len(arrays)), fields]
     for a in arrays:
-        _need(a.ndim <= MAX_NDIM, "shape_mismatch", f"arrays have at most {MAX_NDIM} dimensions, got {a.ndim}")
+        if a.ndim > MAX_NDIM:
+            raise FormatError("shape_mismatch", f"arrays have at most {MAX_NDIM} dimensions, got {a.ndim}")
         parts.append(_DESC.pack(_CODES[a.dtype], a.ndim))
-        parts.extend(_DIM.pack(n) for n in a.shape)
+        parts.append(_DIMS[a.ndim].pack(*a.shape))
     parts.extend(a.tobytes() for a in arrays)
     return b"".join(parts)
 
@@ -388,7 +395,7 @@ def decode(raw: bytes) -> Message:
 
     Returns
     -------
-    Data, Loss, Update or Global
+    Data, Loss, Update, Global or ClientState
         Arrays are fresh, writable, native-endian copies.
 
     Raises
@@ -404,82 +411,101 @@ def decode(raw: bytes) -> Message:
     raw = bytes(raw) if not isinstance(raw, (bytes, bytearray, memoryview)) else raw
     buf = memoryview(raw)
     n = len(buf)
-    _need(n >= 3, "truncated", f"{n} bytes is shorter than the magic")
-    _need(bytes(buf[:3]) == MAGIC, "bad_magic", f"expected {MAGIC!r}, got {bytes(buf[:3])!r}")
-    _need(n >= _PREFIX.size, "truncated", f"{n} bytes is shorter than the {_PREFIX.size}-byte prefix")
+    if n < 3:
+        raise FormatError("truncated", f"{n} bytes is shorter than the magic")
+    if bytes(buf[:3]) != MAGIC:
+        raise FormatError("bad_magic", f"expected {MAGIC!r}, got {bytes(buf[:3])!r}")
+    if n < _PREFIX.size:
+        raise FormatError("truncated", f"{n} bytes is shorter than the {_PREFIX.size}-byte prefix")
     _, version, type_byte, n_arrays = _PREFIX.unpack_from(buf, 0)
-    _need(version == VERSION, "bad_version", f"version {version} is not supported (this reader speaks {VERSION})")
-    try:
-        kind = MsgType(type_byte)
-    except ValueError:
-        raise FormatError("bad_type", f"unknown message type {type_byte}") from None
+    if version != VERSION:
+        raise FormatError("bad_version", f"version {version} is not supported (this reader speaks {VERSION})")
+    kind = _KINDS.get(type_byte)
+    if kind is None:
+        raise FormatError("bad_type", f"unknown message type {type_byte}")
     pos = _PREFIX.size
     fs = _FIELDS[kind]
-    _need(n >= pos + fs.size, "truncated", f"{kind.name} fields need {fs.size} bytes, {n - pos} left")
+    if n < pos + fs.size:
+        raise FormatError("truncated", f"{kind.name} fields need {fs.size} bytes, {n - pos} left")
     fields = fs.unpack_from(buf, pos)
     pos += fs.size
     descs = []
     for i in range(n_arrays):
-        _need(n >= pos + _DESC.size, "truncated", f"array {i} descriptor cut off")
+        if n < pos + _DESC.size:
+            raise FormatError("truncated", f"array {i} descriptor cut off")
         code, ndim = _DESC.unpack_from(buf, pos)
         pos += _DESC.size
-        _need(code in _DTYPES, "bad_dtype", f"array {i} has unknown dtype code {code}")
-        _need(ndim <= MAX_NDIM, "shape_mismatch", f"array {i} has {ndim} dimensions (max {MAX_NDIM})")
-        _need(n >= pos + ndim * _DIM.size, "truncated", f"array {i} shape cut off")
-        shape = tuple(_DIM.unpack_from(buf, pos + j * _DIM.size)[0] for j in range(ndim))
-        pos += ndim * _DIM.size
-        descs.append((_DTYPES[code], shape))
+        if code not in _DTYPES:
+            raise FormatError("bad_dtype", f"array {i} has unknown dtype code {code}")
+        if ndim > MAX_NDIM:
+            raise FormatError("shape_mismatch", f"array {i} has {ndim} dimensions (max {MAX_NDIM})")
+        dims = _DIMS[ndim]
+        if n < pos + dims.size:
+            raise FormatError("truncated", f"array {i} shape cut off")
+        shape = dims.unpack_from(buf, pos)
+        pos += dims.size
+        descs.append((code, shape))
     arrays = []
-    for i, (dtype, shape) in enumerate(descs):
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        _need(n >= pos + size, "truncated", f"array {i} {shape} needs {size} bytes, {n - pos} left")
-        a = np.frombuffer(buf, dtype=dtype, count=size // dtype.itemsize, offset=pos).reshape(shape)
-        arrays.append(a.astype(dtype.newbyteorder("="), copy=True))
+    for i, (code, shape) in enumerate(descs):
+        count = math.prod(shape)
+        size = count * 8                       # both wire dtypes are 8 bytes wide
+        if n < pos + size:
+            raise FormatError("truncated", f"array {i} {shape} needs {size} bytes, {n - pos} left")
+        a = np.frombuffer(buf, dtype=_DTYPES[code], count=count, offset=pos).reshape(shape)
+        arrays.append(a.astype(_NATIVE[code]))           # a fresh, writable, native-endian copy
         pos += size
-    _need(pos == n, "trailing_bytes", f"{n - pos} bytes after the last array")
+    if pos != n:
+        raise FormatError("trailing_bytes", f"{n - pos} bytes after the last array")
 
     flags = fields[2] if kind == MsgType.DATA else 0
     _check_shapes(kind, arrays, flags)
-    expected = {MsgType.DATA: ["f", "f", "f"], MsgType.LOSS: ["i", "f", "f"],
-                MsgType.UPDATE: ["f"], MsgType.GLOBAL: ["f"], MsgType.MODELS: ["i", "f"],
-                MsgType.STATE: ["f"]}[kind]
-    for i, (a, k) in enumerate(zip(arrays, expected)):
-        _need(a.dtype.kind == k, "bad_dtype", f"{kind.name} array {i} must be {'float64' if k == 'f' else 'int64'}, got {a.dtype}")
+    for i, (a, k) in enumerate(zip(arrays, _ARRAY_KINDS[kind])):
+        if a.dtype.kind != k:
+            raise FormatError("bad_dtype", f"{kind.name} array {i} must be {'float64' if k == 'f' else 'int64'}, got {a.dtype}")
         if k == "f" and not np.isfinite(a).all():
             bad = int(np.size(a) - np.isfinite(a).sum())
             raise FormatError("non_finite", f"{kind.name} array {i} has {bad} NaN/inf value(s)")
 
     if kind == MsgType.DATA:
         t, client, flags = fields
-        _need(t >= 1, "bad_field", f"DATA step t must be ≥ 1, got {t}")
-        _need(client >= 0, "bad_field", f"DATA client must be ≥ 0, got {client}")
-        _need(flags <= 3, "bad_field", f"DATA flags {flags:#x} has unknown bits")
+        if t < 1:
+            raise FormatError("bad_field", f"DATA step t must be ≥ 1, got {t}")
+        if client < 0:
+            raise FormatError("bad_field", f"DATA client must be ≥ 0, got {client}")
+        if flags > 3:
+            raise FormatError("bad_field", f"DATA flags {flags:#x} has unknown bits")
         return Data(t=t, client=client, X=arrays[0], y=arrays[1], present=bool(flags & 1),
                     optimum=arrays[2] if flags & 2 else None)
     if kind == MsgType.LOSS:
         t, worker = fields
-        _need(t >= 1, "bad_field", f"LOSS step t must be ≥ 1, got {t}")
-        _need(worker >= 0, "bad_field", f"LOSS worker must be ≥ 0, got {worker}")
-        _need(bool((arrays[0] >= 0).all()), "bad_field", "LOSS client ids must be ≥ 0")
+        if t < 1:
+            raise FormatError("bad_field", f"LOSS step t must be ≥ 1, got {t}")
+        if worker < 0:
+            raise FormatError("bad_field", f"LOSS worker must be ≥ 0, got {worker}")
+        if (arrays[0] < 0).any():
+            raise FormatError("bad_field", "LOSS client ids must be ≥ 0")
         return Loss(t=t, worker=worker, clients=arrays[0], losses=arrays[1], played=arrays[2])
     if kind == MsgType.UPDATE:
         r, worker, count = fields
-        _need(r >= 1, "bad_field", f"UPDATE round must be ≥ 1, got {r}")
-        _need(worker >= 0, "bad_field", f"UPDATE worker must be ≥ 0, got {worker}")
-        _need(count >= 1, "bad_field", f"UPDATE n_clients must be ≥ 1, got {count}")
-        return Update(round=r, worker=worker, n_clients=count, model_sum=arrays[0])
-    if kind == MsgType.MODELS:
-        r, worker = fields
-        _need(r >= 1, "bad_field", f"MODELS round must be ≥ 1, got {r}")
-        _need(worker >= 0, "bad_field", f"MODELS worker must be ≥ 0, got {worker}")
-        _need(bool((arrays[0] >= 0).all()), "bad_field", "MODELS client ids must be ≥ 0")
-        _need(len(np.unique(arrays[0])) == len(arrays[0]), "bad_field", "MODELS client ids must be distinct")
-        return RoundModels(round=r, worker=worker, clients=arrays[0], models=arrays[1])
+        if r < 1:
+            raise FormatError("bad_field", f"UPDATE round must be ≥ 1, got {r}")
+        if worker < 0:
+            raise FormatError("bad_field", f"UPDATE worker must be ≥ 0, got {worker}")
+        if (arrays[0] < 0).any():
+            raise FormatError("bad_field", "UPDATE client ids must be ≥ 0")
+        if len(np.unique(arrays[0])) != len(arrays[0]):
+            raise FormatError("bad_field", "UPDATE client ids must be distinct")
+        if not 0 <= count <= len(arrays[0]):
+            raise FormatError("bad_field", f"UPDATE n_participants must be in [0, {len(arrays[0])}], got {count}")
+        return Update(round=r, worker=worker, clients=arrays[0], model_sum=arrays[1], n_participants=count)
     if kind == MsgType.STATE:
         client, t, offset, loss_offset = fields
-        _need(client >= 0 and t >= 0 and offset >= 0 and loss_offset >= 0, "bad_field",
-              f"STATE fields must be ≥ 0, got client {client}, t {t}, offset {offset}, loss_offset {loss_offset}")
+        if not (client >= 0 and t >= 0 and offset >= 0 and loss_offset >= 0):
+            raise FormatError("bad_field", f"STATE fields must be ≥ 0, got client {client}, t {t}, offset {offset}, loss_offset {loss_offset}")
         return ClientState(client=client, t=t, offset=offset, loss_offset=loss_offset, model=arrays[0])
-    (r,) = fields
-    _need(r >= 1, "bad_field", f"GLOBAL round must be ≥ 1, got {r}")
-    return Global(round=r, model=arrays[0])
+    r, count = fields
+    if r < 1:
+        raise FormatError("bad_field", f"GLOBAL round must be ≥ 1, got {r}")
+    if count < 0:
+        raise FormatError("bad_field", f"GLOBAL n_participants must be ≥ 0, got {count}")
+    return Global(round=r, model=arrays[0], n_participants=count)

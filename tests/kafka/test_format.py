@@ -27,8 +27,8 @@ MESSAGES = [
     Data(t=2**40, client=7, X=rng.standard_normal((1, 2)), y=np.array([0.25]), present=False, optimum=None),
     Loss(t=9, worker=2, clients=np.array([4, 5, 6]), losses=np.array([0.1, 1e-300, 7.5]),
          played=rng.standard_normal((3, 4, 2))),
-    Update(round=3, worker=1, n_clients=2, model_sum=rng.standard_normal((4, 1))),
-    Global(round=12, model=np.array([[np.nextafter(1.0, 2.0)], [-0.0], [5e-324]])),
+    Update(round=3, worker=1, clients=np.array([5, 2]), model_sum=rng.standard_normal((4, 1)), n_participants=1),
+    Global(round=12, model=np.array([[np.nextafter(1.0, 2.0)], [-0.0], [5e-324]]), n_participants=3),
 ]
 
 
@@ -41,11 +41,24 @@ def test_round_trip_is_exact(msg):
 
 
 def test_header_layout():
-    raw = encode(Update(round=5, worker=3, n_clients=2, model_sum=np.zeros((2, 1))))
-    assert raw[:3] == MAGIC and raw[3] == 1 and raw[4] == MsgType.UPDATE and raw[5] == 1
+    raw = encode(Update(round=5, worker=3, clients=np.array([4, 7]), model_sum=np.zeros((2, 1)), n_participants=2))
+    assert raw[:3] == MAGIC and raw[3] == 2 and raw[4] == MsgType.UPDATE and raw[5] == 2
     assert struct.unpack_from("<qii", raw, 6) == (5, 3, 2)
-    assert struct.unpack_from("<BBII", raw, 22) == (1, 2, 2, 1)     # float64, 2-D, (2, 1)
-    assert len(raw) == 22 + 10 + 16
+    assert struct.unpack_from("<BBI", raw, 22) == (2, 1, 2)          # int64, 1-D, (2,)
+    assert struct.unpack_from("<BBII", raw, 28) == (1, 2, 2, 1)     # float64, 2-D, (2, 1)
+    assert struct.unpack_from("<2q", raw, 38) == (4, 7)
+    assert len(raw) == 22 + 6 + 10 + 16 + 16
+
+
+def test_update_participants_are_checked():
+    with pytest.raises(FormatError, match="n_participants 3 exceeds its 2 client"):
+        encode(Update(round=1, worker=0, clients=np.array([0, 1]), model_sum=np.zeros((1, 1)), n_participants=3))
+    raw = bytearray(encode(Update(round=1, worker=0, clients=np.array([0, 1]), model_sum=np.zeros((1, 1)))))
+    struct.pack_into("<i", raw, 18, 3)
+    assert _reason(bytes(raw)) == "bad_field"
+    dup = encode(Update(round=1, worker=0, clients=np.array([1, 1]), model_sum=np.zeros((1, 1))))
+    assert _reason(dup) == "bad_field"
+    assert Update(round=1, worker=0, clients=np.array([0, 1, 2]), model_sum=np.zeros((1, 1))).n_participants == 3
 
 
 def _reason(raw):
@@ -63,11 +76,13 @@ def test_wrong_magic():
 
 
 def test_wrong_version():
-    assert _reason(GOOD[:3] + bytes([2]) + GOOD[4:]) == "bad_version"
+    assert _reason(GOOD[:3] + bytes([1]) + GOOD[4:]) == "bad_version"      # version 1 records are refused
+    assert _reason(GOOD[:3] + bytes([3]) + GOOD[4:]) == "bad_version"
 
 
 def test_unknown_type():
     assert _reason(GOOD[:4] + bytes([9]) + GOOD[5:]) == "bad_type"
+    assert _reason(GOOD[:4] + bytes([5]) + GOOD[5:]) == "bad_type"          # retired in version 2
 
 
 @pytest.mark.parametrize("cut", [0, 2, 4, 7, 20, 30, len(GOOD) - 1])
@@ -116,7 +131,7 @@ def test_loss_shape_mismatch_is_refused_on_encode_too():
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_non_finite(bad):
     model = np.array([[1.0], [bad]])
-    raw = encode(Update(round=1, worker=0, n_clients=1, model_sum=model))   # encode lets it through
+    raw = encode(Update(round=1, worker=0, clients=np.array([0]), model_sum=model))   # encode lets it through
     assert _reason(raw) == "non_finite"
     X = np.ones((2, 3))
     X[1, 2] = bad
@@ -124,11 +139,13 @@ def test_non_finite(bad):
 
 
 def test_bad_fields():
-    raw = bytearray(encode(Global(round=1, model=np.zeros((1, 1)))))
+    raw = bytearray(encode(Global(round=1, model=np.zeros((1, 1)), n_participants=1)))
     struct.pack_into("<q", raw, 6, 0)
     assert _reason(bytes(raw)) == "bad_field"
+    struct.pack_into("<qi", raw, 6, 1, -1)
+    assert _reason(bytes(raw)) == "bad_field"
     with pytest.raises(FormatError) as info:
-        encode(Update(round=1, worker=0, n_clients=0, model_sum=np.zeros((1, 1))))
+        encode(Update(round=0, worker=0, clients=np.array([0]), model_sum=np.zeros((1, 1))))
     assert info.value.reason == "bad_field"
 
 

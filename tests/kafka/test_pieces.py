@@ -1,4 +1,4 @@
-"""The Kafka processes' logic without a broker: worker blocks, step buffer, aggregator, loss assembler,
+"""The Kafka processes' logic without a broker: pre-summed round updates, aggregator, loss assembler,
 and the one-line error for an unreachable broker."""
 
 import logging
@@ -9,90 +9,105 @@ import pytest
 
 from consumers.aggregator import Rejected, RoundAggregator, handle
 from consumers.tracker import LossAssembler, TrackerError
-from consumers.worker import ClientBlock, StepBuffer, WorkerError
 from streamfl.aggregation import FedAvg
 from streamfl.generators.synthetic import SyntheticStream
 from streamfl.models import StackedLinear, StepSize
 from streamfl.runtime.learners import Federated
 from streamfl.transport.format import Data, Loss, Update, encode
-from streamfl.transport.spec import LearnerSpec
 from streamfl.transport.topics import BrokerUnavailable, Topics, clients_of, partition_for
 
 
-@pytest.mark.parametrize("split", [[[0, 1, 2, 3, 4]], [[0, 1], [2], [3, 4]], [[0], [1], [2], [3], [4]]])
-def test_worker_blocks_plus_aggregator_replay_the_embedded_learner(split):
-    M, d, T, tau = 5, 3, 40, 4
+def _presummed_run(split, mask, M=5, d=3, T=40, tau=4):
+    """Embedded Federated vs workers (rows ``split``) that send pre-summed UPDATEs to a RoundAggregator."""
     stream = SyntheticStream("logistic", n_clients=M, n_features=d, n_steps=T, batch_size=2, heterogeneity=0.5, seed=3)
     eta = StepSize("inv_sqrt", eta=0.3)
     fed = Federated(StackedLinear(M, d, "logistic", eta, 1, 1.5), tau, FedAvg())
-    spec = LearnerSpec(M, d, 1, T, "logistic", eta, 1.5, tau)
-    blocks = [ClientBlock(c, spec) for c in split]
+    workers = [(np.asarray(c), StackedLinear(len(c), d, "logistic", eta, 1, 1.5)) for c in split]
     agg = RoundAggregator(M)
+    seen = np.zeros(M, int)
     (chunk,) = stream.chunks(T)
+    n_participants = []
     for i in range(T):
         t = i + 1
         played = fed.models.copy()
-        want = fed.step(chunk.X[i], chunk.y[i], t)
-        for w, blk in enumerate(blocks):
-            got, got_played = blk.step(t, chunk.X[i, blk.clients], chunk.y[i, blk.clients], None)
-            assert np.abs(got - want[blk.clients]).max() <= 1e-12
-            assert np.abs(got_played - played[blk.clients]).max() <= 1e-12
+        want = fed.step(chunk.X[i], chunk.y[i], t, None if mask is None else mask[i])
+        present = np.ones(M, bool) if mask is None else mask[i]
+        seen += present
+        for rows, model in workers:
+            got_played = model.W.copy()
+            got = model.test_then_train(chunk.X[i, rows], chunk.y[i, rows], t,
+                                        None if present[rows].all() else present[rows])
+            assert np.abs(got - want[rows]).max() <= 1e-12
+            assert np.abs(got_played - played[rows]).max() <= 1e-12
         if t % tau == 0:
             out = None
-            for w, blk in enumerate(blocks):
-                out = agg.add(Update(t // tau, w, len(blk.clients), blk.model_sum())) or out
+            for w, (rows, model) in enumerate(workers):
+                took_part = seen[rows] > 0
+                out = agg.add(Update(t // tau, w, rows, model.W[took_part].sum(axis=0), int(took_part.sum()))) or out
             assert out is not None and out.round == t // tau
-            for blk in blocks:
-                blk.load(out.model)
-            if len(split) == 1:
-                assert np.array_equal(out.model, fed.models[0])            # one worker: bit for bit
-    for blk in blocks:
-        assert np.abs(blk.W - fed.models[blk.clients]).max() <= 1e-12
+            n_participants.append(out.n_participants)
+            for _, model in workers:
+                if out.n_participants:
+                    model.W[:] = out.model
+            seen[:] = 0
+    for rows, model in workers:
+        assert np.abs(model.W - fed.models[rows]).max() <= 1e-12
+    return n_participants
+
+
+@pytest.mark.parametrize("split", [[[0, 1, 2, 3, 4]], [[0, 1], [2], [3, 4]], [[4], [1], [2], [3], [0]]])
+def test_presummed_updates_replay_the_embedded_learner(split):
+    assert _presummed_run(split, None) == [5] * 10
+
+
+def test_presummed_updates_follow_partial_participation():
+    """Client 4 sits out rounds 1-2 and nobody has a sample in round 5: averages over those taking part."""
+    mask = np.ones((40, 5), bool)
+    mask[:8, 4] = False
+    mask[16:20, :] = False
+    assert _presummed_run([[0, 1], [2, 3, 4]], mask) == [4, 4, 5, 5, 0, 5, 5, 5, 5, 5]
 
 
 def test_aggregator_rejects_nan_update_with_reason(caplog):
     agg = RoundAggregator(2)
-    bad = encode(Update(round=1, worker=0, n_clients=1, model_sum=np.array([[np.nan]])))
+    bad = encode(Update(round=1, worker=0, clients=np.array([0]), model_sum=np.array([[np.nan]])))
     with caplog.at_level(logging.ERROR, logger="streamfl.aggregator"):
         out, reason = handle(agg, bad)
     assert out is None and reason == "non_finite"
     assert "rejected UPDATE" in caplog.text and "NaN" in caplog.text
     assert agg.rounds == {}                                      # nothing was counted
-    out, reason = handle(agg, encode(Update(1, 0, 1, np.array([[1.0]]))))
+    out, reason = handle(agg, encode(Update(1, 0, np.array([0]), np.array([[1.0]]))))
     assert out is None and reason is None
-    out, reason = handle(agg, encode(Update(1, 1, 1, np.array([[3.0]]))))
-    assert reason is None and out.model.tolist() == [[2.0]]
+    out, reason = handle(agg, encode(Update(1, 1, np.array([1]), np.array([[3.0]]))))
+    assert reason is None and out.model.tolist() == [[2.0]] and out.n_participants == 2
 
 
-def test_aggregator_rejects_duplicates_overcounts_and_stale_rounds():
+def test_aggregator_ignores_resent_clients_and_rejects_overlaps():
     agg = RoundAggregator(3)
-    agg.add(Update(1, 0, 2, np.zeros((1, 1))))
-    with pytest.raises(Rejected, match="duplicate_worker"):
-        agg.add(Update(1, 0, 1, np.zeros((1, 1))))
-    with pytest.raises(Rejected, match="too_many_clients"):
-        agg.add(Update(1, 1, 2, np.zeros((1, 1))))
+    assert agg.add(Update(1, 0, np.array([0, 1]), np.full((1, 1), 4.0))) is None
+    assert agg.add(Update(1, 1, np.array([1]), np.full((1, 1), 9.0))) is None      # re-sent after a rebalance
+    assert agg.duplicates == 1
+    with pytest.raises(Rejected, match="overlapping_clients.*counted already"):
+        agg.add(Update(1, 1, np.array([1, 2]), np.zeros((1, 1))))
     with pytest.raises(Rejected, match="shape_mismatch"):
-        agg.add(Update(1, 1, 1, np.zeros((2, 1))))
-    assert agg.add(Update(1, 1, 1, np.zeros((1, 1)))) is not None
-    with pytest.raises(Rejected, match="stale_round"):
-        agg.add(Update(1, 2, 1, np.zeros((1, 1))))
+        agg.add(Update(1, 1, np.array([2]), np.zeros((2, 1))))
+    with pytest.raises(Rejected, match="unknown_client"):
+        agg.add(Update(1, 1, np.array([3]), np.zeros((1, 1))))
+    out = agg.add(Update(1, 1, np.array([2]), np.full((1, 1), 2.0)))
+    assert out.round == 1 and out.model.tolist() == [[2.0]] and out.n_participants == 3
+    assert agg.add(Update(1, 2, np.array([2]), np.zeros((1, 1)))) is None            # round already published
+    assert agg.duplicates == 2
     assert handle(agg, encode(Data(t=1, client=0, X=np.ones((1, 1)), y=np.ones(1))))[1] == "not_an_update"
 
 
-def test_step_buffer_orders_dedupes_and_masks():
-    buf = StepBuffer([1, 3], batch_size=1, n_features=2)
-    rec = lambda t, m, present=True: Data(t=t, client=m, X=np.full((1, 2), 10 * t + m), y=np.array([float(m)]),
-                                         present=present)
-    assert buf.add(rec(1, 3)) and not buf.add(rec(1, 3)) and not buf.add(rec(1, 0))
-    assert buf.add(rec(2, 1)) and buf.pop(1) is None and buf.missing(1) == [1]
-    assert buf.add(rec(1, 1))
-    X, y, mask = buf.pop(1)
-    assert X[:, 0, 0].tolist() == [11, 13] and y[:, 0].tolist() == [1, 3] and mask is None
-    assert not buf.add(rec(1, 1))                       # re-delivered after a rebalance: ignored
-    buf.add(rec(2, 3, present=False))
-    assert buf.pop(2)[2].tolist() == [True, False] and buf.complete(2)
-    with pytest.raises(WorkerError, match="expected"):
-        buf.add(Data(t=3, client=1, X=np.ones((2, 2)), y=np.ones(2)))
+def test_aggregator_averages_the_clients_that_took_part():
+    agg = RoundAggregator(3)
+    agg.add(Update(1, 0, np.array([0, 1]), np.full((1, 1), 6.0), n_participants=1))
+    out = agg.add(Update(1, 1, np.array([2]), np.zeros((1, 1)), n_participants=0))
+    assert out.model.tolist() == [[6.0]] and out.n_participants == 1
+    agg.add(Update(2, 0, np.array([0, 1]), np.zeros((1, 1)), n_participants=0))
+    out = agg.add(Update(2, 1, np.array([2]), np.zeros((1, 1)), n_participants=0))
+    assert out.n_participants == 0 and out.model.tolist() == [[0.0]]     # nobody took part: keep the models
 
 
 def test_loss_assembler():
