@@ -256,9 +256,14 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
     watch = _Watch(reader, topics, metrics, tau, M)
     try:
         last = time.monotonic()
+        ready = 1                      # the first step not yet known to be complete
         for chunk in stream.chunks(cfg.chunk_size):
             n = chunk.n_steps
-            while not all(assembler.complete(t) for t in range(chunk.t0 + 1, chunk.t0 + n + 1)):
+            while True:
+                while ready <= chunk.t0 + n and assembler.complete(ready):
+                    ready += 1
+                if ready > chunk.t0 + n:
+                    break
                 got = False
                 for records in reader.poll(timeout_ms=100).values():
                     for rec in records:
@@ -277,9 +282,8 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
                 if check is not None:
                     check()
                 if time.monotonic() - last > timeout:
-                    t = next(t for t in range(chunk.t0 + 1, chunk.t0 + n + 1) if not assembler.complete(t))
-                    raise TrackerError(f"no LOSS record for {timeout:.0f} s; step {t} still lacks clients "
-                                       f"{assembler.missing(t)}")
+                    raise TrackerError(f"no LOSS record for {timeout:.0f} s; step {ready} still lacks clients "
+                                       f"{assembler.missing(ready)}")
             losses, played = assembler.take(chunk.t0, n)
             tracker.update(chunk, {MAIN: losses}, played)
             watch.on_chunk(tracker, time.perf_counter() - started)

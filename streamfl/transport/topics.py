@@ -124,11 +124,17 @@ def quiet_kafka_logs() -> None:
 
 
 def make_producer(bootstrap: str, client_id: str):
-    """A KafkaProducer for ordered (idempotent), acknowledged, low-latency sends."""
+    """A KafkaProducer for ordered (idempotent), acknowledged sends of a stream's DATA records.
+
+    Records wait up to 5 ms to fill batches of up to 256 KiB per partition:
+    fewer, larger produce requests cost the producer and the broker less per
+    record than kafka-python's defaults (1 ms here before, 16 KiB).
+    """
     quiet_kafka_logs()
     from kafka import KafkaProducer
-    return KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks="all", linger_ms=1,
-                         enable_idempotence=True, max_block_ms=30000, bootstrap_timeout_ms=10000)
+    return KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks="all", linger_ms=5,
+                         batch_size=256 * 1024, enable_idempotence=True, max_block_ms=30000,
+                         bootstrap_timeout_ms=10000)
 
 
 def make_reader(bootstrap: str, client_id: str, topic: str, partition: int = 0):
