@@ -420,7 +420,7 @@ def replay_file(bootstrap: str, cfg, run_id: str, n_partitions: int, speed: floa
         Not a file source, pacing/timestamp without a time column, both
         start options, or a start beyond the end of the stream.
     """
-    from streamfl.runtime.experiment import build_stream
+    from streamfl.generators.build import build_stream
     if cfg.source.kind != "file":
         raise ReplayError(f"--file replays need a source.kind: file config, got {cfg.source.kind!r}")
     if from_offset is not None and from_timestamp is not None:

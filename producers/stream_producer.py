@@ -1,13 +1,19 @@
 """Publish a stream's samples to a run's data topic: one DATA record per (step, client).
 
 Client m's records go to partition m mod P (explicit partition numbers, key =
-client id), in step order: a single idempotent producer keeps per-partition
-order, so every worker sees its clients' steps in order.
+client id), in step order: each partition is written by one idempotent
+producer, which keeps its order, so every worker sees its clients' steps in
+order.
+
+Several producer processes can share the work: producer i of n publishes the
+partitions p with p mod n = i (each generates the whole stream, which is
+deterministic, and sends its share). Producing is CPU-bound in kafka-python
+(the record-batch checksum), so n > 1 uses more cores.
 
 Run as a process::
 
     python -m producers.stream_producer --bootstrap 127.0.0.1:9092 --run-id abc \\
-        --config runs/x/config.yaml --partitions 4
+        --config runs/x/config.yaml --partitions 4 [--share 0/2]
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ from streamfl.transport.topics import Topics, key_of, make_producer, partition_f
 log = logging.getLogger("streamfl.producer")
 
 
-def publish_stream(stream, producer, topic: str, n_partitions: int, chunk_size: int = 256) -> int:
-    """Send every (step, client) sample of ``stream`` as a DATA record.
+def publish_stream(stream, producer, topic: str, n_partitions: int, chunk_size: int = 256,
+                   share: tuple[int, int] = (0, 1)) -> int:
+    """Send every (step, client) sample of ``stream`` whose partition is in this producer's share as a DATA record.
 
     Parameters
     ----------
@@ -36,20 +43,33 @@ def publish_stream(stream, producer, topic: str, n_partitions: int, chunk_size: 
         P; client m goes to partition m mod P.
     chunk_size : int
         Steps generated at a time (does not change the records).
+    share : (i, n)
+        This is producer i of n, 0 ≤ i < n: it sends the clients whose
+        partition p has p mod n = i.
 
     Returns
     -------
     int
-        Number of records sent (T·M). The producer is flushed before returning.
+        Number of records sent (T·M for the whole share (0, 1)). The producer
+        is flushed before returning.
+
+    Raises
+    ------
+    ValueError
+        ``share`` is not 0 ≤ i < n.
     """
+    index, count = share
+    if not 0 <= index < count:
+        raise ValueError(f"producer share must be i/n with 0 ≤ i < n, got {index}/{count}")
     sent = 0
     M = stream.n_clients
     parts = [partition_for(m, n_partitions) for m in range(M)]
     keys = [key_of(m) for m in range(M)]
+    mine = [m for m in range(M) if parts[m] % count == index]
     for chunk in stream.chunks(chunk_size):
         for i in range(chunk.n_steps):
             t = chunk.t0 + i + 1
-            for m in range(M):
+            for m in mine:
                 msg = Data(t=t, client=m, X=chunk.X[i, m], y=chunk.y[i, m],
                            present=True if chunk.mask is None else bool(chunk.mask[i, m]),
                            optimum=None if chunk.optimum is None else chunk.optimum[i, m])
@@ -66,16 +86,21 @@ def main(argv=None) -> int:
     ap.add_argument("--run-id", required=True)
     ap.add_argument("--config", required=True, help="the run folder's config.yaml")
     ap.add_argument("--partitions", type=int, required=True)
+    ap.add_argument("--share", default="0/1", help="I/N: this is producer I of N (partitions p with p mod N = I)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s producer %(levelname)s %(message)s", stream=sys.stderr)
     try:
-        from streamfl.runtime.experiment import build_stream
+        from streamfl.generators.build import build_stream
         from streamfl.transport.spec import read_config
+        index, _, count = args.share.partition("/")
+        if not (index.isdigit() and count.isdigit()):
+            raise ValueError(f"--share must be I/N, e.g. 0/2, got {args.share!r}")
+        share = (int(index), int(count))
         cfg = read_config(args.config)
         stream = build_stream(cfg)
         producer = make_producer(args.bootstrap, f"streamfl-{args.run_id}-producer")
         try:
-            n = publish_stream(stream, producer, Topics(args.run_id).data, args.partitions, cfg.chunk_size)
+            n = publish_stream(stream, producer, Topics(args.run_id).data, args.partitions, cfg.chunk_size, share)
         finally:
             producer.close(timeout=10)
         log.info("published %d DATA records (T=%d, M=%d)", n, stream.n_steps, stream.n_clients)

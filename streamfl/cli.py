@@ -41,13 +41,15 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots at the end."),
         broker: Optional[str] = typer.Option(None, "--broker", help="Run FedSEA over this Kafka broker (HOST:PORT) instead of embedded; baselines are skipped."),
         workers: int = typer.Option(1, "--workers", min=1, help="With --broker: number of worker processes."),
+        producers: int = typer.Option(1, "--producers", min=1, help="With --broker: number of producer processes (they share the data partitions; producing is CPU-bound)."),
         keep_topics: bool = typer.Option(False, "--keep-topics", help="With --broker: keep the run's topics on the broker (e.g. to `streamfl replay` its data topic later; the run id is in summary.json under transport.run_id)."),
         metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535, help="With --broker: serve the tracker's Prometheus metrics on this port (e.g. 9464) during the run.")):
     """Run an experiment (embedded mode, or over Kafka with --broker) and write a run folder."""
     if broker is not None:
-        return _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep_topics, metrics_port)
-    if keep_topics or metrics_port is not None:
-        _fail("--keep-topics and --metrics-port need --broker HOST:PORT")
+        return _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep_topics, metrics_port,
+                               producers)
+    if keep_topics or metrics_port is not None or workers != 1 or producers != 1:
+        _fail("--workers, --producers, --keep-topics and --metrics-port need --broker HOST:PORT")
     from .runtime.experiment import run_experiment
     from .runtime.live import LiveView
     from .runtime.sweep import run_sweep
@@ -138,7 +140,8 @@ def main():
     app()
 
 
-def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep_topics=False, metrics_port=None):
+def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep_topics=False, metrics_port=None,
+                    producers=1):
     """``run --broker``: FedSEA over a real Kafka broker (see :mod:`streamfl.runtime.kafka_run`)."""
     from .runtime.experiment import build_stream
     from .runtime.kafka_run import BrokerUnavailable, KafkaRunError, run_kafka_experiment
@@ -160,7 +163,8 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
             err.print(f"metrics: http://127.0.0.1:{metrics_port}/metrics", highlight=False)
         with view:
             summary = run_kafka_experiment(cfg, broker, workers=workers, run_dir=out, on_chunk=view,
-                                           plots=plots and cfg.output.plots, keep_topics=keep_topics)
+                                           plots=plots and cfg.output.plots, keep_topics=keep_topics,
+                                           producers=producers)
     except (BrokerUnavailable, KafkaRunError) + USER_ERRORS as e:
         _fail(_message(e))
     except Exception as e:  # e.g. the tracker's TrackerError (metrics port taken)
@@ -235,13 +239,20 @@ def _exit_with(code: int):
 @app.command(help=_paragraphs(f"""Role: publish the config's stream to a run's data topic (one DATA record per step and client).
 
 The producer of `streamfl run --broker`, on its own: it regenerates the stream from --config and sends
-client m's records to partition m mod P. {ROLES_HELP}"""))
+client m's records to partition m mod P. Several producers can share the partitions: start
+`--share 0/2` and `--share 1/2` (partitions p with p mod 2 = 0, and = 1). {ROLES_HELP}"""))
 def produce(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG,
-            partitions: Optional[int] = _PARTS):
+            partitions: Optional[int] = _PARTS,
+            share: str = typer.Option("0/1", "--share", help="I/N: this is producer I of N; it sends the partitions p with p mod N = I.")):
+    index, _, count = share.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        _fail(f"--share must be I/N with 0 ≤ I < N (e.g. 0/2), got {share!r}")
     _, _, P = _prepare_role(broker, run_id, config, partitions)
+    if int(count) > P:
+        _fail(f"--share {share}: N = {count} producers for {P} data partitions; N must be at most {P}")
     from producers import stream_producer
     _exit_with(stream_producer.main(["--bootstrap", broker, "--run-id", run_id, "--config", str(config),
-                                     "--partitions", str(P)]))
+                                     "--partitions", str(P), "--share", share]))
 
 
 @app.command(help=_paragraphs(f"""Role: train the clients of some data partitions (test-then-train, FedSEA local steps).

@@ -68,3 +68,20 @@ def test_diverging_run_is_one_line(tmp_path):
     assert proc.stderr.startswith("error: learner 'fedsea' diverged at step t=")
     assert "Traceback" not in proc.stderr and "RuntimeWarning" not in proc.stderr
     assert not (tmp_path / "r").exists()          # no half-written run folder is left behind
+
+
+def test_kafka_options_without_broker_are_refused(tmp_path):
+    proc = subprocess.run(CLI + ["run", "--producers", "2", "--no-live", "--out", str(tmp_path / "r")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "error: --workers, --producers, --keep-topics and --metrics-port need --broker HOST:PORT"
+    assert not (tmp_path / "r").exists()
+
+
+def test_producer_share_is_checked_before_contacting_a_broker(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("steps: 5\n")
+    proc = subprocess.run(CLI + ["produce", "--broker", "127.0.0.1:1", "--run-id", "x", "--config", str(cfg),
+                                 "--partitions", "4", "--share", "2/2"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "error: --share must be I/N with 0 ≤ I < N (e.g. 0/2), got '2/2'"

@@ -7,7 +7,7 @@ and starts, as separate processes,
 * the aggregator (``python -m consumers.aggregator``), unless τ is unset,
 * N workers (``python -m consumers.worker``), members of one consumer group
   that share the data partitions (and hand them over when one dies or joins),
-* the stream producer (``python -m producers.stream_producer``),
+* the stream producer(s) (``python -m producers.stream_producer``; several share the partitions),
 
 waits until the workers' group has assigned every data partition (bounded
 by ``join_timeout``), then runs the regret tracker
@@ -114,6 +114,9 @@ class KafkaRun:
         Bootstrap address ``HOST:PORT``.
     workers : int
         Workers started by :meth:`start` (≥ 1; more can be added with :meth:`start_worker`).
+    producers : int
+        Producer processes sharing the data partitions (1 ≤ n ≤ P; see
+        :mod:`producers.stream_producer`).
     run_dir : Path or None
         As in :func:`streamfl.runtime.experiment.run_experiment`.
     partitions : int or None
@@ -150,7 +153,7 @@ class KafkaRun:
 
     def __init__(self, cfg, broker: str, workers: int = 1, run_dir: Path | None = None, partitions: int | None = None,
                  timeout: float = 60.0, keep_topics: bool = False, hold_at: int | None = None,
-                 session_timeout: float = 6.0, join_timeout: float = 20.0):
+                 session_timeout: float = 6.0, join_timeout: float = 20.0, producers: int = 1):
         if str(_ROOT) not in sys.path:    # an editable install made before consumers/ existed does not map it
             sys.path.append(str(_ROOT))
         from .experiment import build_stream, new_run_dir
@@ -166,7 +169,10 @@ class KafkaRun:
             raise ValueError(f"--partitions must be ≥ 1, got {self.P}")
         if not 1 <= workers <= self.P:
             raise ValueError(f"--workers must be between 1 and the number of data partitions ({self.P}), got {workers}")
-        self.n_start = workers
+        if not 1 <= producers <= self.P:
+            raise ValueError(f"--producers must be between 1 and the number of data partitions ({self.P}), "
+                             f"got {producers}")
+        self.n_start, self.n_producers = workers, producers
         tau = cfg.learner.tau
         self.rounds = 0 if tau is None else self.T // tau
         check_broker(broker)
@@ -183,7 +189,7 @@ class KafkaRun:
         self.common = ["--bootstrap", broker, "--run-id", self.run_id]
         self.workers: list[_Child] = []
         self.aggregator: _Child | None = None
-        self.producer: _Child | None = None
+        self.producers: list[_Child] = []
         self.killed: set[int] = set()                 # id() of children stopped on purpose
         self._n_aggregators = 0
         self.hold_at = hold_at
@@ -249,9 +255,10 @@ class KafkaRun:
     def start_producer(self) -> None:
         """Publish the stream: the producer process, or (``hold_at``) an in-process producer behind a gate."""
         if self.hold_at is None:
-            self.producer = _Child("producer", "producers.stream_producer",
-                                   self.common + ["--config", str(self.config_path), "--partitions", str(self.P)],
-                                   self.log_dir)
+            n = self.n_producers
+            self.producers = [_Child("producer" if n == 1 else f"producer-{i}", "producers.stream_producer",
+                                     self.common + ["--config", str(self.config_path), "--partitions", str(self.P),
+                                                    "--share", f"{i}/{n}"], self.log_dir) for i in range(n)]
             return
         self._feeder = threading.Thread(target=self._feed, name="streamfl-gated-producer", daemon=True)
         self._feeder.start()
@@ -341,7 +348,7 @@ class KafkaRun:
         """Raise :class:`KafkaRunError` if a process failed (processes killed on purpose do not count)."""
         if self._feeder_error is not None:
             raise KafkaRunError(f"producer: {self._feeder_error}")
-        children = self.workers + ([self.producer] if self.producer else [])
+        children = self.workers + self.producers
         if self.aggregator is not None:
             children.append(self.aggregator)
         for c in children:
@@ -372,7 +379,7 @@ class KafkaRun:
     def close(self) -> None:
         """Stop every process (SIGTERM, then SIGKILL after a grace period) and delete the topics unless kept."""
         self.release()
-        children = self.workers + [c for c in (self.producer, self.aggregator) if c is not None]
+        children = self.workers + self.producers + ([self.aggregator] if self.aggregator is not None else [])
         for c in children:
             c.terminate()
         for c in children:
@@ -414,7 +421,7 @@ def _assigned_partitions(member: dict, topic: str) -> set:
 
 def run_kafka_experiment(cfg, broker: str, workers: int = 1, run_dir: Path | None = None, on_chunk=None,
                          plots: bool | None = None, partitions: int | None = None, timeout: float = 60.0,
-                         keep_topics: bool = False) -> dict:
+                         keep_topics: bool = False, producers: int = 1) -> dict:
     """Run ``cfg``'s FedSEA learner over the Kafka broker at ``broker``; return the summary.
 
     Parameters
@@ -426,6 +433,9 @@ def run_kafka_experiment(cfg, broker: str, workers: int = 1, run_dir: Path | Non
         N ≥ 1 worker processes; at most the number of data partitions.
     run_dir : Path or None
         As in :func:`streamfl.runtime.experiment.run_experiment`.
+    producers : int
+        Producer processes sharing the data partitions, 1 ≤ n ≤ P (producing
+        is CPU-bound: n > 1 uses more cores).
     on_chunk : callable(tracker, stream) or None
         Live-view hook.
     plots : bool or None
@@ -447,7 +457,7 @@ def run_kafka_experiment(cfg, broker: str, workers: int = 1, run_dir: Path | Non
         A child process failed, or the tracker timed out.
     """
     run = KafkaRun(cfg, broker, workers=workers, run_dir=run_dir, partitions=partitions, timeout=timeout,
-                   keep_topics=keep_topics)
+                   keep_topics=keep_topics, producers=producers)
     try:
         run.start()
         return run.track(on_chunk=on_chunk, plots=plots)

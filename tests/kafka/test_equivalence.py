@@ -55,6 +55,18 @@ def test_kafka_run_equals_embedded(cfg, embedded, workers, tmp_path):
     assert (tmp_path / "summary.json").is_file() and (tmp_path / "config.yaml").is_file()
 
 
+def test_two_producers_sharing_the_partitions_equal_embedded(cfg, embedded, tmp_path):
+    want_summary, want = embedded
+    summary = run_kafka_experiment(cfg, BOOTSTRAP, workers=2, producers=2, run_dir=tmp_path, plots=False, timeout=30)
+    got = pd.read_parquet(tmp_path / "metrics.parquet")
+    for col in COLUMNS:
+        np.testing.assert_allclose(got[col].to_numpy(), want[col].to_numpy(), rtol=0, atol=1e-9, err_msg=col)
+    assert summary["samples"] == want_summary["samples"] == 60 * 4
+    logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert "producer-0.log" in logs and "producer-1.log" in logs
+    assert "published 120 DATA records" in (tmp_path / "logs" / "producer-1.log").read_text()
+
+
 def test_a_long_run_with_two_workers_equals_embedded(tmp_path):
     # Regression: with T in the hundreds the producer runs far ahead of the workers; pausing
     # partitions for back-pressure then stalled kafka-python 3.0.12 (no LOSS for step ~80-700).
