@@ -714,7 +714,7 @@ def main(argv=None) -> int:
     faulthandler.register(signal.SIGUSR1)          # `kill -USR1 <pid>` dumps the threads' stacks to the log
     kafka_debug = os.environ.get("STREAMFL_KAFKA_DEBUG")   # "1": kafka-python's DEBUG log into this log
     try:
-        from streamfl.runtime.experiment import build_stream
+        from streamfl.generators.build import build_stream
         from streamfl.transport.spec import learner_spec, read_config
         cfg = read_config(args.config)
         stream = build_stream(cfg)

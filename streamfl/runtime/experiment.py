@@ -17,8 +17,7 @@ import numpy as np
 import yaml
 
 from ..config import ExperimentConfig
-from ..generators import schedules as S
-from ..generators.synthetic import SyntheticStream
+from ..generators.build import build_stream
 from ..models import StackedLinear, StepSize
 from ..aggregation import FedAvg
 from ..regret import RegretTracker
@@ -27,51 +26,6 @@ from .learners import Centralized, Federated, RiverClients
 from .sink import MetricsSink
 
 MAIN = "fedsea"
-
-
-def build_stream(cfg: ExperimentConfig):
-    """The stream described by ``cfg.source`` (replayable, seeded by ``cfg.seed``).
-
-    Raises ValueError / FileNotFoundError for unknown datasets, columns or files.
-    """
-    src = cfg.source
-    b = cfg.learner.batch_size
-    if src.kind == "synthetic":
-        drift = []
-        for d in src.drift:
-            kw = d.model_dump(exclude={"kind"})
-            drift.append(S.SCHEDULES[d.kind](**kw))
-        return SyntheticStream(src.task, n_clients=src.clients, n_features=src.dim, n_steps=cfg.steps,
-                               batch_size=b, noise=src.noise, heterogeneity=src.heterogeneity, radius=src.radius,
-                               feature_scale=src.feature_scale, drift=drift, seed=cfg.seed)
-    if src.kind == "river_synth":
-        from ..generators.river_synth import RiverSynthStream
-        return RiverSynthStream(src.name, n_clients=src.clients, n_steps=cfg.steps, batch_size=b,
-                                seed=cfg.seed, params=src.params, shared_concept=src.shared_concept,
-                                standardize=src.standardize)
-    from ..generators import inject as I
-    from ..generators.tabular import TableStream, load_river_dataset, load_table_file
-    if src.kind == "river_dataset":
-        table, label = load_river_dataset(src.name)
-        label = src.label or label
-    else:
-        table, label = load_table_file(src.path), src.label
-    stream = TableStream(table, label=label, features=src.features, n_clients=src.clients, split=src.split.kind,
-                         client_column=src.split.column, alpha=src.split.alpha, time_column=src.time_column,
-                         batch_size=b, seed=cfg.seed, standardize=src.standardize, intercept=src.intercept,
-                         max_steps=cfg.steps,
-                         prior_shift=None if src.prior_shift is None else src.prior_shift.model_dump())
-    if src.inject:
-        makers = {"covariate_rotation": I.CovariateRotation, "covariate_scale": I.CovariateScale,
-                  "label_flip": I.LabelFlip}
-        injectors = []
-        for k, spec in enumerate(src.inject):
-            kw = spec.model_dump(exclude={"kind"})
-            if kw.get("end") is None and spec.kind != "label_flip":
-                kw["end"] = kw["start"]
-            injectors.append(makers[spec.kind](**kw, seed=cfg.seed + k))
-        stream = I.InjectedDrift(stream, injectors)
-    return stream
 
 
 def build_learners(cfg: ExperimentConfig, stream) -> dict:
