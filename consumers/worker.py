@@ -728,7 +728,9 @@ def main(argv=None) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     except Exception as e:
-        print(f"error: worker {args.worker_id}: {e}", file=sys.stderr)
+        msg = str(e)
+        prefix = f"worker {args.worker_id}"
+        print(f"error: {msg if msg.startswith(prefix) else f'{prefix}: {msg}'}", file=sys.stderr)
         return 1
 
 

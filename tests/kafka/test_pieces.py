@@ -153,3 +153,27 @@ def test_cli_unreachable_broker_no_traceback(tmp_path):
     assert "cannot reach a Kafka broker" in out and "Traceback" not in out
     res = CliRunner().invoke(app, ["run", "--broker", "nonsense", "--no-live"])
     assert res.exit_code == 2 and "HOST:PORT" in res.output + getattr(res, "stderr", "")
+
+
+def test_worker_error_line_names_the_worker_once(tmp_path, monkeypatch, capsys):
+    import json
+
+    import yaml
+
+    import consumers.worker as worker_mod
+    from streamfl.config import parse_config
+    cfg = parse_config({"steps": 10, "baselines": []})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json())))
+
+    def stalled(self):
+        raise worker_mod.WorkerError("worker 3 waited 60 s for the global model of round 2")
+
+    monkeypatch.setattr(worker_mod.Worker, "run", stalled)
+    monkeypatch.setattr(worker_mod.faulthandler, "register", lambda *a, **k: None)   # stderr is captured here
+    args = ["--bootstrap", "127.0.0.1:1", "--run-id", "r", "--config", str(path), "--partitions", "8"]
+    assert worker_mod.main(args + ["--worker-id", "3"]) == 1
+    assert capsys.readouterr().err.strip() == "error: worker 3 waited 60 s for the global model of round 2"
+    monkeypatch.setattr(worker_mod.Worker, "run", lambda self: (_ for _ in ()).throw(ValueError("bad value")))
+    assert worker_mod.main(args + ["--worker-id", "3"]) == 1
+    assert capsys.readouterr().err.strip() == "error: worker 3: bad value"
