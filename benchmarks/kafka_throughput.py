@@ -95,9 +95,14 @@ def main(argv=None) -> int:
 
     from streamfl.config import parse_config
     from streamfl.runtime.kafka_run import run_kafka_experiment
+    from streamfl.transport.state import delete_state_topic
     from streamfl.transport.topics import Topics, check_broker, delete_topics
 
-    check_broker(args.broker)
+    try:
+        check_broker(args.broker)
+    except Exception as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     cfg = parse_config({
         "name": "kafka-bench", "seed": 0, "steps": args.steps,
         "source": {"kind": "synthetic", "task": "logistic", "clients": args.clients, "dim": args.dim},
@@ -120,6 +125,7 @@ def main(argv=None) -> int:
         raws = [raw_consume(args.broker, topics.data) for _ in range(3)]
     finally:
         delete_topics(args.broker, topics)
+        delete_state_topic(args.broker, topics.run_id)
     for raw in raws:
         assert raw["records"] == args.steps * args.clients, raw
     raw_seconds = statistics.median(r["seconds"] for r in raws)

@@ -104,6 +104,7 @@ import numpy as np
 
 from consumers.aggregator import UPDATES_OFFSET
 from streamfl.models import StackedLinear
+from streamfl.runtime.engine import MAIN, divergence_message
 from streamfl.transport.format import ClientState, Data, FormatError, Global, Loss, Update, decode, encode
 from streamfl.transport.spec import LearnerSpec
 from streamfl.transport.state import (RestoreStalled, StateStore, create_state_topic, resilient_producer,
@@ -547,6 +548,8 @@ class Worker:
         model.W = self.W[rows]
         played = model.W.copy()
         losses = model.test_then_train(X, y, s, None if present.all() else present)
+        if not np.isfinite(losses).all():
+            raise WorkerError(f"worker {self.id}: {divergence_message(MAIN, s)}")
         self.W[rows] = model.W
         self.t[rows] = s
         self.off[rows] = [r[3] + 1 for r in recs]

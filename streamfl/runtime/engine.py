@@ -18,8 +18,17 @@ from typing import Callable
 import numpy as np
 
 
+MAIN = "fedsea"        # the name of the main learner (FedSEA) in losses, summaries and metrics
+
+
 class DivergenceError(ValueError):
     """A learner's loss became inf or NaN; the message names the learner and step."""
+
+
+def divergence_message(learner: str, t: int) -> str:
+    """The one-line explanation of a learner whose loss became inf or NaN at step t (both modes use it)."""
+    return (f"learner '{learner}' diverged at step t={t} (its loss is inf or NaN); "
+            f"lower learner.step_size.eta, use a decaying step size, or set learner.radius")
 
 
 def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256,
@@ -63,9 +72,7 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
             bad = ~np.isfinite(value).all(axis=1)
             if bad.any():
                 t = chunk.t0 + int(np.argmax(bad)) + 1
-                raise DivergenceError(
-                    f"learner '{name}' diverged at step t={t} (its loss is inf or NaN); "
-                    f"lower learner.step_size.eta, use a decaying step size, or set learner.radius")
+                raise DivergenceError(divergence_message(name, t))
         tracker.update(chunk, losses, played)
         if on_chunk is not None:
             on_chunk(tracker)

@@ -21,11 +21,10 @@ from ..generators.build import build_stream
 from ..models import StackedLinear, StepSize
 from ..aggregation import FedAvg
 from ..regret import RegretTracker
-from .engine import run_stream
+from .engine import MAIN, run_stream
 from .learners import Centralized, Federated, RiverClients
 from .sink import MetricsSink
 
-MAIN = "fedsea"
 
 
 def build_learners(cfg: ExperimentConfig, stream) -> dict:

@@ -44,7 +44,7 @@ checkpoints (:mod:`streamfl.transport.state`). A reader refuses records of
 another version (``bad_version``).
 
 :func:`decode` validates everything and raises :class:`FormatError`, whose
-``reason`` is one of ``truncated``, ``bad_magic``, ``bad_version``,
+``reason`` is one of ``null_value``, ``truncated``, ``bad_magic``, ``bad_version``,
 ``bad_type``, ``bad_dtype``, ``bad_field``, ``shape_mismatch``, ``non_finite``,
 ``trailing_bytes``. :func:`encode` checks structure (shapes, dtypes, field
 ranges) but not finiteness, so that a diverging worker's NaN update still
@@ -97,7 +97,7 @@ class FormatError(ValueError):
     Attributes
     ----------
     reason : str
-        Machine-readable cause: ``truncated``, ``bad_magic``, ``bad_version``,
+        Machine-readable cause: ``null_value``, ``truncated``, ``bad_magic``, ``bad_version``,
         ``bad_type``, ``bad_dtype``, ``bad_field``, ``shape_mismatch``,
         ``non_finite`` or ``trailing_bytes``.
     detail : str
@@ -401,13 +401,15 @@ def decode(raw: bytes) -> Message:
     Raises
     ------
     FormatError
-        With ``reason``: ``truncated`` (shorter than its header or arrays say),
+        With ``reason``: ``null_value`` (a record without a value), ``truncated`` (shorter than its header or arrays say),
         ``bad_magic``, ``bad_version`` (not 1), ``bad_type``, ``bad_dtype``
         (unknown dtype code), ``bad_field`` (step/round/client/count out of
         range), ``shape_mismatch`` (arrays inconsistent with each other or the
         type), ``non_finite`` (NaN or ±inf in a float array),
         ``trailing_bytes``.
     """
+    if raw is None:
+        raise FormatError("null_value", "the record has no value (a null / tombstone record)")
     raw = bytes(raw) if not isinstance(raw, (bytes, bytearray, memoryview)) else raw
     buf = memoryview(raw)
     n = len(buf)

@@ -166,7 +166,7 @@ def dead_letter(producer, topics: Topics, raw: bytes, key: bytes | None, reason:
         headers.append(("detail", str(detail)[:1000].encode()))
     if origin is not None:
         headers += [("partition", str(origin[0]).encode()), ("offset", str(origin[1]).encode())]
-    producer.send(topics.dead, value=bytes(raw), key=key, partition=0, headers=headers)
+    producer.send(topics.dead, value=None if raw is None else bytes(raw), key=key, partition=0, headers=headers)
 
 
 def check_broker(bootstrap: str, timeout: float = 8.0) -> None:

@@ -41,7 +41,7 @@ def test_unreachable_broker_is_one_line_within_15s(tmp_path):
 
 
 def _bad_records(b, d):
-    """(partition, key, value, expected reason) of three bad DATA records for a run with M = P = 4."""
+    """(partition, key, value, expected reason) of four bad DATA records for a run with M = P = 4."""
     from streamfl.transport.format import Data, encode
     wrong_dim = encode(Data(t=7, client=1, X=np.ones((b, d + 2)), y=np.zeros(b)))
     X = np.ones((b, d))
@@ -49,7 +49,8 @@ def _bad_records(b, d):
     nan = encode(Data(t=9, client=3, X=X, y=np.zeros(b)))
     return [(0, b"0", b"\x00\xffnot a streamfl record", "bad_magic"),
             (1, b"1", wrong_dim, "shape_mismatch"),
-            (3, b"3", nan, "non_finite")]
+            (3, b"3", nan, "non_finite"),
+            (2, b"2", None, "null_value")]             # a tombstone: no value at all
 
 
 def _inject_when_topic_appears(bootstrap, before, records, done, errors):
@@ -133,7 +134,8 @@ def test_bad_data_records_go_to_dead_letters_and_the_run_still_matches_embedded(
             for recs in reader.poll(timeout_ms=200).values():
                 dead.extend(recs)
         reader.close()
-        got_dead = {bytes(r.value): dict((k, v.decode()) for k, v in r.headers) for r in dead}
+        got_dead = {None if r.value is None else bytes(r.value): dict((k, v.decode()) for k, v in r.headers)
+                    for r in dead}
         assert len(dead) == len(records) == len(got_dead)
         for part, key, value, reason in records:
             headers = got_dead[value]
@@ -144,3 +146,24 @@ def test_bad_data_records_go_to_dead_letters_and_the_run_still_matches_embedded(
         injector.join(60)
         if summary is not None:
             delete_topics(BOOTSTRAP, Topics(summary["transport"]["run_id"]))
+
+
+@needs_broker
+def test_a_diverging_learner_is_named_with_its_step_over_kafka(tmp_path):
+    from streamfl.config import parse_config
+    from streamfl.runtime.engine import DivergenceError
+    from streamfl.runtime.experiment import run_experiment
+    from streamfl.runtime.kafka_run import KafkaRunError, run_kafka_experiment
+
+    cfg = parse_config({"name": "diverge", "seed": 0, "steps": 300,
+                        "source": {"kind": "synthetic", "task": "least_squares", "clients": 4, "dim": 3,
+                                   "feature_scale": 3.0},
+                        "learner": {"tau": 10, "step_size": {"kind": "constant", "eta": 5.0}}, "baselines": [],
+                        "output": {"plots": False}})
+    with pytest.raises(DivergenceError) as embedded:
+        run_experiment(cfg, tmp_path / "embedded", plots=False)
+    with pytest.raises(KafkaRunError) as kafka:
+        run_kafka_experiment(cfg, BOOTSTRAP, workers=1, run_dir=tmp_path / "kafka", plots=False, timeout=30)
+    assert str(embedded.value).startswith("learner 'fedsea' diverged at step t=")
+    assert str(embedded.value) in str(kafka.value)          # same step, same advice
+    assert "malformed" not in str(kafka.value)

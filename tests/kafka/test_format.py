@@ -152,3 +152,7 @@ def test_bad_fields():
 def test_encode_rejects_other_objects():
     with pytest.raises(TypeError):
         encode({"t": 1})
+
+
+def test_a_record_without_value_is_refused_with_a_reason():
+    assert _reason(None) == "null_value"                    # a Kafka tombstone: no bytes at all
