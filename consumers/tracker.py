@@ -55,6 +55,7 @@ from streamfl.regret import RegretTracker
 from streamfl.runtime.experiment import MAIN, _jsonable
 from streamfl.runtime.sink import MetricsSink
 from streamfl.transport.format import FormatError, Loss, decode
+from streamfl.transport.spec import ConfigMismatch, check_fingerprint, config_fingerprint
 from streamfl.transport.topics import Topics, make_reader
 
 
@@ -250,6 +251,7 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
                             spool_dir=str(run_dir / "spool"), reservoir_size=cfg.reservoir_size, seed=cfg.seed,
                             client_columns=cfg.output.client_columns)
     assembler = LossAssembler(M, stream.n_features, K)
+    fingerprint = config_fingerprint(cfg, learner=True)
     reader = make_reader(bootstrap, f"streamfl-{run_id}-tracker", topics.loss)
     started = time.perf_counter()
     tau = cfg.learner.tau
@@ -273,6 +275,10 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
                             raise TrackerError(f"malformed LOSS record at offset {rec.offset}: {e}") from None
                         if not isinstance(msg, Loss):
                             raise TrackerError(f"a {type(msg).__name__} record on the loss topic (offset {rec.offset})")
+                        try:
+                            check_fingerprint(rec.headers, fingerprint, f"the LOSS record at offset {rec.offset}")
+                        except ConfigMismatch as e:
+                            raise TrackerError(str(e)) from None
                         assembler.add(msg)
                         watch.on_loss(assembler, msg.t)
                         got = True

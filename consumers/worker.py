@@ -106,7 +106,7 @@ from consumers.aggregator import UPDATES_OFFSET
 from streamfl.models import StackedLinear
 from streamfl.runtime.engine import MAIN, divergence_message
 from streamfl.transport.format import ClientState, Data, FormatError, Global, Loss, Update, decode, encode
-from streamfl.transport.spec import LearnerSpec
+from streamfl.transport.spec import CONFIG_HEADER, ConfigMismatch, LearnerSpec, check_fingerprint, config_fingerprint
 from streamfl.transport.state import (RestoreStalled, StateStore, create_state_topic, resilient_producer,
                                       resilient_reader, send_states)
 from streamfl.transport.topics import FETCH_MAX_WAIT_MS, Topics, clients_of, dead_letter, key_of, quiet_kafka_logs
@@ -157,7 +157,7 @@ class Worker:
 
     def __init__(self, bootstrap: str, run_id: str, spec: LearnerSpec, batch_size: int, worker_id: int,
                  n_workers: int = 1, n_partitions: int = 1, timeout: float = 60.0, restore_timeout: float = 30.0,
-                 session_timeout: float = 6.0):
+                 session_timeout: float = 6.0, config=None):
         if worker_id < 0 or n_partitions < 1:
             raise WorkerError(f"need worker id ≥ 0 and partitions ≥ 1, got {worker_id}, {n_partitions}")
         self.bootstrap, self.run_id, self.topics, self.spec = bootstrap, run_id, Topics(run_id), spec
@@ -182,6 +182,9 @@ class Worker:
         self.rejected = 0           # DATA records sent to the dead-letter topic
         self.dead_seen: set[tuple[int, int]] = set()   # (partition, offset) already dead-lettered
         self.steps_done = 0
+        # config fingerprints (streamfl.transport.spec): DATA records are checked, LOSS records carry one
+        self.data_fingerprint = None if config is None else config_fingerprint(config)
+        self.loss_headers = None if config is None else [(CONFIG_HEADER, config_fingerprint(config, learner=True))]
 
     # ---- per-client arrays ---------------------------------------------------------------------------
     def _set_rows(self, clients, values: dict) -> None:
@@ -442,6 +445,12 @@ class Worker:
         i = self.row.get(msg.client)
         if i is None or msg.t <= self.t[i]:
             return
+        if self.data_fingerprint is not None:
+            try:
+                check_fingerprint(rec.headers, self.data_fingerprint,
+                                  f"the DATA record at partition {partition} offset {rec.offset}")
+            except ConfigMismatch as e:
+                raise WorkerError(f"worker {self.id}: {e}") from None
         self.pending.setdefault(msg.t, {})[msg.client] = (msg.X, msg.y, msg.present, rec.offset)
         self.received[i] = max(self.received[i], msg.t)
 
@@ -556,7 +565,7 @@ class Worker:
         self.steps_done += 1
         new = (self.reported[rows] < s) & self._still_owned(rows)
         if new.any():
-            fut = self.producer.send(self.topics.loss, key=key_of(self.id), partition=0,
+            fut = self.producer.send(self.topics.loss, key=key_of(self.id), partition=0, headers=self.loss_headers,
                                      value=encode(Loss(t=s, worker=self.id, clients=self.clients[rows][new],
                                                        losses=losses[new], played=played[new])))
             self._last_loss_future = fut
@@ -723,7 +732,7 @@ def main(argv=None) -> int:
         stream = build_stream(cfg)
         worker = Worker(args.bootstrap, args.run_id, learner_spec(cfg, stream), stream.batch_size, args.worker_id,
                         args.workers, args.partitions, timeout=args.timeout, restore_timeout=args.restore_timeout,
-                        session_timeout=args.session_timeout)
+                        session_timeout=args.session_timeout, config=cfg)
         if kafka_debug:
             worker.kafka_debug = True
         worker.run()

@@ -23,13 +23,14 @@ import logging
 import sys
 
 from streamfl.transport.format import Data, encode
+from streamfl.transport.spec import CONFIG_HEADER
 from streamfl.transport.topics import Topics, key_of, make_producer, partition_for
 
 log = logging.getLogger("streamfl.producer")
 
 
 def publish_stream(stream, producer, topic: str, n_partitions: int, chunk_size: int = 256,
-                   share: tuple[int, int] = (0, 1)) -> int:
+                   share: tuple[int, int] = (0, 1), fingerprint: bytes | None = None) -> int:
     """Send every (step, client) sample of ``stream`` whose partition is in this producer's share as a DATA record.
 
     Parameters
@@ -46,6 +47,9 @@ def publish_stream(stream, producer, topic: str, n_partitions: int, chunk_size: 
     share : (i, n)
         This is producer i of n, 0 ≤ i < n: it sends the clients whose
         partition p has p mod n = i.
+    fingerprint : bytes or None
+        :func:`~streamfl.transport.spec.config_fingerprint` of the stream, sent
+        as the header ``config`` of every record (workers check it).
 
     Returns
     -------
@@ -66,6 +70,7 @@ def publish_stream(stream, producer, topic: str, n_partitions: int, chunk_size: 
     parts = [partition_for(m, n_partitions) for m in range(M)]
     keys = [key_of(m) for m in range(M)]
     mine = [m for m in range(M) if parts[m] % count == index]
+    headers = None if fingerprint is None else [(CONFIG_HEADER, fingerprint)]
     for chunk in stream.chunks(chunk_size):
         for i in range(chunk.n_steps):
             t = chunk.t0 + i + 1
@@ -73,7 +78,7 @@ def publish_stream(stream, producer, topic: str, n_partitions: int, chunk_size: 
                 msg = Data(t=t, client=m, X=chunk.X[i, m], y=chunk.y[i, m],
                            present=True if chunk.mask is None else bool(chunk.mask[i, m]),
                            optimum=None if chunk.optimum is None else chunk.optimum[i, m])
-                producer.send(topic, value=encode(msg), key=keys[m], partition=parts[m])
+                producer.send(topic, value=encode(msg), key=keys[m], partition=parts[m], headers=headers)
                 sent += 1
     producer.flush(timeout=60)
     return sent
@@ -91,7 +96,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s producer %(levelname)s %(message)s", stream=sys.stderr)
     try:
         from streamfl.generators.build import build_stream
-        from streamfl.transport.spec import read_config
+        from streamfl.transport.spec import config_fingerprint, read_config
         index, _, count = args.share.partition("/")
         if not (index.isdigit() and count.isdigit()):
             raise ValueError(f"--share must be I/N, e.g. 0/2, got {args.share!r}")
@@ -100,7 +105,8 @@ def main(argv=None) -> int:
         stream = build_stream(cfg)
         producer = make_producer(args.bootstrap, f"streamfl-{args.run_id}-producer")
         try:
-            n = publish_stream(stream, producer, Topics(args.run_id).data, args.partitions, cfg.chunk_size, share)
+            n = publish_stream(stream, producer, Topics(args.run_id).data, args.partitions, cfg.chunk_size, share,
+                               config_fingerprint(cfg))
         finally:
             producer.close(timeout=10)
         log.info("published %d DATA records (T=%d, M=%d)", n, stream.n_steps, stream.n_clients)

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import yaml
 
-from ..transport.spec import kafka_unsupported
+from ..transport.spec import CONFIG_HEADER, config_fingerprint, kafka_unsupported
 from ..transport.state import create_state_topic, delete_state_topic, resilient_producer, resilient_reader, state_topic
 from ..transport.topics import (BrokerUnavailable, Topics, check_broker, create_topics, delete_topics, key_of,
                                 partition_for, quiet_kafka_logs)
@@ -270,6 +270,7 @@ class KafkaRun:
             try:
                 keys = [key_of(m) for m in range(self.M)]
                 parts = [partition_for(m, self.P) for m in range(self.M)]
+                headers = [(CONFIG_HEADER, config_fingerprint(self.cfg))]
                 for chunk in self.stream.chunks(self.cfg.chunk_size):
                     for i in range(chunk.n_steps):
                         t = chunk.t0 + i + 1
@@ -281,7 +282,8 @@ class KafkaRun:
                             msg = Data(t=t, client=m, X=chunk.X[i, m], y=chunk.y[i, m],
                                        present=True if chunk.mask is None else bool(chunk.mask[i, m]),
                                        optimum=None if chunk.optimum is None else chunk.optimum[i, m])
-                            producer.send(self.topics.data, value=encode(msg), key=keys[m], partition=parts[m])
+                            producer.send(self.topics.data, value=encode(msg), key=keys[m], partition=parts[m],
+                                          headers=headers)
                             self.produced += 1
                 producer.flush(timeout=120)
             finally:

@@ -8,6 +8,8 @@ stream from it, so nothing but numbers travels over Kafka.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,3 +73,38 @@ def kafka_unsupported(cfg: ExperimentConfig, stream) -> str | None:
     if cfg.learner.tau is not None and cfg.learner.weighting != "uniform":
         return "only learner.weighting: uniform is supported over Kafka"
     return None
+
+
+CONFIG_HEADER = "config"      # record header carrying a config fingerprint (see config_fingerprint)
+
+
+class ConfigMismatch(ValueError):
+    """A record was produced from another config than this role's; one-line message."""
+
+
+def config_fingerprint(cfg: ExperimentConfig, learner: bool = False) -> bytes:
+    """A 16-hex-digit fingerprint of what decides a run's numbers, sent as the record header ``config``.
+
+    DATA records carry the stream's (seed, steps, source); LOSS records also
+    the learner's settings (``learner=True``). A role started with another
+    config file than the one that produced a record would otherwise compute
+    silently wrong numbers (streams are regenerated from the config);
+    :func:`check_fingerprint` stops it instead. Output settings and the name
+    may differ between roles.
+    """
+    parts = {"seed": cfg.seed, "steps": cfg.steps, "source": cfg.source.model_dump(mode="json")}
+    if learner:
+        parts["learner"] = cfg.learner.model_dump(mode="json")
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16].encode()
+
+
+def check_fingerprint(headers, want: bytes, what: str) -> None:
+    """Raise :class:`ConfigMismatch` if ``headers`` carry a ``config`` fingerprint other than ``want``.
+
+    Records without the header (replayed files, hand-made records) pass.
+    """
+    for key, value in headers or ():
+        if key == CONFIG_HEADER and value != want:
+            raise ConfigMismatch(f"{what} was produced from another config (fingerprint {value.decode(errors='replace')}, "
+                                 f"this role's {want.decode()}): every role of a run must use the same config file "
+                                 f"(seed, steps, source, learner); use a new --run-id for a new config")

@@ -167,3 +167,51 @@ def test_a_diverging_learner_is_named_with_its_step_over_kafka(tmp_path):
     assert str(embedded.value).startswith("learner 'fedsea' diverged at step t=")
     assert str(embedded.value) in str(kafka.value)          # same step, same advice
     assert "malformed" not in str(kafka.value)
+
+
+def _role(*argv, timeout=90):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return subprocess.run([sys.executable, "-m", "streamfl.cli", *argv], capture_output=True, text=True,
+                          env=env, cwd=str(ROOT), timeout=timeout)
+
+
+@needs_broker
+def test_roles_with_another_config_stop_instead_of_computing_wrong_numbers(tmp_path):
+    """The producer's config has seed 0, a worker's seed 7: the worker stops naming the mismatch. A finished
+    run tracked again with another config stops too (it used to print wrong regrets)."""
+    import uuid
+
+    from streamfl.config import parse_config
+    from streamfl.runtime.kafka_run import run_kafka_experiment
+    from streamfl.transport.state import delete_state_topic
+    from streamfl.transport.topics import Topics, delete_topics
+
+    base = "steps: 20\nsource: {kind: synthetic, task: logistic, clients: 2, dim: 2}\nlearner: {tau: 5}\nbaselines: []\n"
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text("seed: 0\n" + base)
+    b.write_text("seed: 7\n" + base)
+    run_id = f"mismatch-{uuid.uuid4().hex[:8]}"
+    common = ["--broker", BOOTSTRAP, "--run-id", run_id]
+    try:
+        assert _role("produce", *common, "--config", str(a)).returncode == 0
+        res = _role("worker", *common, "--config", str(b), "--timeout", "30")
+        assert res.returncode == 1, res.stderr
+        assert "was produced from another config" in res.stderr and "Traceback" not in res.stderr
+    finally:
+        delete_topics(BOOTSTRAP, Topics(run_id))
+        delete_state_topic(BOOTSTRAP, run_id)
+
+    cfg = parse_config({"seed": 0, "steps": 20, "source": {"kind": "synthetic", "task": "logistic", "clients": 2,
+                                                            "dim": 2}, "learner": {"tau": 5}, "baselines": [],
+                        "output": {"plots": False}})
+    summary = run_kafka_experiment(cfg, BOOTSTRAP, run_dir=tmp_path / "run", plots=False, timeout=30, keep_topics=True)
+    old = summary["transport"]["run_id"]
+    try:
+        res = _role("track", "--broker", BOOTSTRAP, "--run-id", old, "--config", str(b), "--out", str(tmp_path / "t"),
+                    "--timeout", "20")
+        assert res.returncode != 0
+        assert "LOSS record at offset 0 was produced from another config" in res.stderr, res.stderr
+    finally:
+        delete_topics(BOOTSTRAP, Topics(old))
+        delete_state_topic(BOOTSTRAP, old)
