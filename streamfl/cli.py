@@ -379,7 +379,9 @@ def replay(broker: str = _BROKER,
             raise ValueError("give at most one of --from-offset and --from-timestamp")
         k = parse_speed(speed)
         ts = None if from_timestamp is None else parse_timestamp(from_timestamp)
-        Topics(run_id)
+        if (from_topic or (from_run and Topics(from_run).data)) == Topics(run_id).data:
+            raise ValueError(f"the source is run {run_id}'s own data topic: replaying a run into itself would "
+                             f"append to its recording; pick a new --run-id")
         if file is not None:
             cfg = _file_config(config, file, label, features, client_column, time_column)
             from .runtime.experiment import build_stream

@@ -1,11 +1,13 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 CLI = [sys.executable, "-m", "streamfl.cli"]
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def test_run_writes_a_run_folder(tmp_path):
@@ -85,3 +87,10 @@ def test_producer_share_is_checked_before_contacting_a_broker(tmp_path):
                                  "--partitions", "4", "--share", "2/2"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == "error: --share must be I/N with 0 ≤ I < N (e.g. 0/2), got '2/2'"
+
+
+def test_replaying_a_run_into_itself_is_refused():
+    proc = subprocess.run(CLI + ["replay", "--broker", "127.0.0.1:1", "--run-id", "r1", "--from-run", "r1",
+                                 "--config", str(EXAMPLES / "default.yaml")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "the source is run r1's own data topic" in proc.stderr
