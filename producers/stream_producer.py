@@ -49,7 +49,9 @@ def publish_stream(stream, producer, topic: str, n_partitions: int, chunk_size: 
         partition p has p mod n = i.
     fingerprint : bytes or None
         :func:`~streamfl.transport.spec.config_fingerprint` of the stream, sent
-        as the header ``config`` of every record (workers check it).
+        as the header ``config`` of each client's record of step 1 (workers
+        check it; one header per client keeps the per-record cost off the
+        stream).
 
     Returns
     -------
@@ -78,7 +80,8 @@ def publish_stream(stream, producer, topic: str, n_partitions: int, chunk_size: 
                 msg = Data(t=t, client=m, X=chunk.X[i, m], y=chunk.y[i, m],
                            present=True if chunk.mask is None else bool(chunk.mask[i, m]),
                            optimum=None if chunk.optimum is None else chunk.optimum[i, m])
-                producer.send(topic, value=encode(msg), key=keys[m], partition=parts[m], headers=headers)
+                producer.send(topic, value=encode(msg), key=keys[m], partition=parts[m],
+                              headers=headers if t == 1 else None)
                 sent += 1
     producer.flush(timeout=60)
     return sent

@@ -283,7 +283,7 @@ class KafkaRun:
                                        present=True if chunk.mask is None else bool(chunk.mask[i, m]),
                                        optimum=None if chunk.optimum is None else chunk.optimum[i, m])
                             producer.send(self.topics.data, value=encode(msg), key=keys[m], partition=parts[m],
-                                          headers=headers)
+                                          headers=headers if t == 1 else None)
                             self.produced += 1
                 producer.flush(timeout=120)
             finally:

@@ -85,8 +85,8 @@ class ConfigMismatch(ValueError):
 def config_fingerprint(cfg: ExperimentConfig, learner: bool = False) -> bytes:
     """A 16-hex-digit fingerprint of what decides a run's numbers, sent as the record header ``config``.
 
-    DATA records carry the stream's (seed, steps, source); LOSS records also
-    the learner's settings (``learner=True``). A role started with another
+    Each client's DATA record of step 1 carries the stream's (seed, steps,
+    source); LOSS records also the learner's settings (``learner=True``). A role started with another
     config file than the one that produced a record would otherwise compute
     silently wrong numbers (streams are regenerated from the config);
     :func:`check_fingerprint` stops it instead. Output settings and the name
