@@ -65,6 +65,7 @@ import time
 import numpy as np
 
 from streamfl.transport.format import FormatError, Global, Update, decode, encode
+from streamfl.transport.state import RestoreStalled, read_to_end
 from streamfl.transport.state import resilient_producer as make_producer
 from streamfl.transport.state import resilient_reader as make_reader
 from streamfl.transport.topics import Topics, dead_letter, key_of
@@ -172,40 +173,28 @@ def published_rounds(bootstrap: str, run_id: str, timeout: float = 30.0) -> tupl
     Raises
     ------
     RuntimeError
-        The global topic could not be read to its end within ``timeout`` s.
+        The global topic's end could not be read, or reading it made no progress, for ``timeout`` s.
     """
     topics = Topics(run_id)
+    found = [0, 0]                                   # last published round, updates offset to resume from
+
+    def on_record(rec):
+        try:
+            msg = decode(rec.value)
+        except FormatError:
+            return
+        if isinstance(msg, Global) and msg.round > found[0]:
+            hdr = dict(rec.headers or ()).get(UPDATES_OFFSET)
+            found[:] = [msg.round, int(hdr.decode()) if hdr else 0]
+
     reader = make_reader(bootstrap, f"streamfl-{run_id}-aggregator-restore", topics.global_)
     try:
-        from kafka import TopicPartition
-        tp = TopicPartition(topics.global_, 0)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                end = reader.end_offsets([tp])[tp]
-                break
-            except Exception as e:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"cannot read the end of {topics.global_} ({type(e).__name__})") from None
-                time.sleep(0.2)
-        last_round, resume = 0, 0
-        while reader.position(tp) < end:
-            for records in reader.poll(timeout_ms=100).values():
-                for rec in records:
-                    try:
-                        msg = decode(rec.value)
-                    except FormatError:
-                        continue
-                    if isinstance(msg, Global) and msg.round > last_round:
-                        last_round = msg.round
-                        hdr = dict(rec.headers or ()).get(UPDATES_OFFSET)
-                        resume = int(hdr.decode()) if hdr else 0
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"reading {topics.global_} to its end ({end}) stalled at "
-                                   f"{reader.position(tp)} for {timeout:.0f} s")
-        return last_round, resume
+        read_to_end(reader, topics.global_, on_record, timeout)
+    except RestoreStalled as e:
+        raise RuntimeError(str(e)) from None
     finally:
         reader.close()
+    return found[0], found[1]
 
 
 def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, timeout: float = 300.0,

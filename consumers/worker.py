@@ -107,8 +107,8 @@ from streamfl.models import StackedLinear
 from streamfl.runtime.engine import MAIN, divergence_message
 from streamfl.transport.format import ClientState, Data, FormatError, Global, Loss, Update, decode, encode
 from streamfl.transport.spec import CONFIG_HEADER, ConfigMismatch, LearnerSpec, check_fingerprint, config_fingerprint
-from streamfl.transport.state import (RestoreStalled, StateStore, create_state_topic, resilient_producer,
-                                      resilient_reader, send_states)
+from streamfl.transport.state import (RestoreStalled, StateStore, create_state_topic, read_to_end,
+                                      resilient_producer, resilient_reader, send_states)
 from streamfl.transport.topics import FETCH_MAX_WAIT_MS, Topics, clients_of, dead_letter, key_of, quiet_kafka_logs
 
 log = logging.getLogger("streamfl.worker")
@@ -336,53 +336,33 @@ class Worker:
     def _scan_dead(self, parts: set) -> None:
         """Remember which DATA records of ``parts`` are on the dead-letter topic already (headers
         ``partition``/``offset``), so re-reading them after a rebalance does not send them twice."""
-        from kafka import TopicPartition
+        def on_record(rec):
+            h = {k: v.decode() for k, v in rec.headers}
+            if "partition" in h and "offset" in h and int(h["partition"]) in parts:
+                self.dead_seen.add((int(h["partition"]), int(h["offset"])))
+
         reader = resilient_reader(self.bootstrap, self.client_id + "-dead", self.topics.dead)
-        tp = TopicPartition(self.topics.dead, 0)
         try:
-            end = reader.end_offsets([tp])[tp]
-            deadline = time.monotonic() + self.restore_timeout
-            while reader.position(tp) < end:
-                if time.monotonic() > deadline:
-                    raise WorkerError(f"worker {self.id}: restoring stalled reading {self.topics.dead}")
-                for records in reader.poll(timeout_ms=100).values():
-                    for rec in records:
-                        h = {k: v.decode() for k, v in rec.headers}
-                        if "partition" in h and "offset" in h and int(h["partition"]) in parts:
-                            self.dead_seen.add((int(h["partition"]), int(h["offset"])))
+            read_to_end(reader, self.topics.dead, on_record, self.restore_timeout)
+        except RestoreStalled as e:
+            raise WorkerError(f"worker {self.id}: restoring: {e}") from None
         finally:
             reader.close()
 
     def _scan(self, reader, topic: str, start: int, on_msg) -> None:
-        """Read partition 0 of ``topic`` from offset ``start`` to its current end, calling ``on_msg(msg)``
-        for every well-formed record (restoration; watchdog ``restore_timeout``)."""
-        from kafka import TopicPartition
-        tp = TopicPartition(topic, 0)
-        deadline = time.monotonic() + self.restore_timeout
-        while True:
+        """Read ``topic`` from offset ``start`` to its current end, calling ``on_msg(msg)`` for every
+        well-formed record (restoration; watchdog ``restore_timeout``)."""
+        def on_record(rec):
             try:
-                end = reader.end_offsets([tp])[tp]
-                break
-            except Exception as e:
-                if time.monotonic() > deadline:
-                    raise WorkerError(f"worker {self.id}: cannot read the end of {topic} "
-                                      f"({type(e).__name__}) within {self.restore_timeout:.0f} s") from None
-                time.sleep(0.2)
-        reader.seek(tp, start)
-        last = time.monotonic()
-        while reader.position(tp) < end:
-            got = reader.poll(timeout_ms=100)
-            for records in got.values():
-                for rec in records:
-                    try:
-                        on_msg(decode(rec.value))
-                    except FormatError:
-                        continue
-            if got:
-                last = time.monotonic()
-            elif time.monotonic() - last > self.restore_timeout:
-                raise WorkerError(f"worker {self.id}: restoring stalled reading {topic} at offset "
-                                  f"{reader.position(tp)} of {end} ({self.restore_timeout:.0f} s without progress)")
+                msg = decode(rec.value)
+            except FormatError:
+                return
+            on_msg(msg)
+
+        try:
+            read_to_end(reader, topic, on_record, self.restore_timeout, start)
+        except RestoreStalled as e:
+            raise WorkerError(f"worker {self.id}: restoring: {e}") from None
 
     def _scan_reported(self, clients: set, start: int) -> dict:
         """Highest step already on the loss topic per client of ``clients``, reading from offset ``start``."""

@@ -33,6 +33,51 @@ class RestoreStalled(RuntimeError):
     """Reading the state changelog made no progress in time; one-line message."""
 
 
+def read_to_end(reader, topic: str, on_record, timeout: float, start: int | None = None) -> None:
+    """Read partition 0 of ``topic`` with ``reader`` up to its current end, calling ``on_record(rec)`` per record.
+
+    Parameters
+    ----------
+    reader : KafkaConsumer
+        Assigned to partition 0 of ``topic`` (see :func:`resilient_reader`).
+    on_record : callable(ConsumerRecord)
+    timeout : float
+        Seconds the end offset may stay unreadable, or the reading without progress.
+    start : int or None
+        Offset to start from (None: the reader's position).
+
+    Raises
+    ------
+    RestoreStalled
+        The end offset could not be read, or no record arrived, for ``timeout`` s.
+    """
+    from kafka import TopicPartition
+    tp = TopicPartition(topic, 0)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            end = reader.end_offsets([tp])[tp]
+            break
+        except Exception as e:
+            if time.monotonic() > deadline:
+                raise RestoreStalled(f"cannot read the end of {topic} ({type(e).__name__}) within "
+                                     f"{timeout:.0f} s") from None
+            time.sleep(0.2)
+    if start is not None:
+        reader.seek(tp, start)
+    last = time.monotonic()
+    while reader.position(tp) < end:
+        got = reader.poll(timeout_ms=100)
+        for records in got.values():
+            for rec in records:
+                on_record(rec)
+        if got:
+            last = time.monotonic()
+        elif time.monotonic() - last > timeout:
+            raise RestoreStalled(f"reading {topic} stalled at offset {reader.position(tp)} of {end} "
+                                 f"({timeout:.0f} s without progress)")
+
+
 def state_topic(run_id: str) -> str:
     """Name of the run's state changelog topic, ``streamfl.<run>.state``."""
     return f"streamfl.{run_id}.state"
