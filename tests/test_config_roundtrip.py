@@ -80,7 +80,7 @@ experiment = _maybe(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(experiment)
 def test_any_accepted_config_saved_and_read_back_is_the_same(data):
     try:

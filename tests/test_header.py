@@ -51,3 +51,27 @@ def test_file_source_inputs(tmp_path):
     assert lines[3] == ("dropped column x2: numbers with text among them (1 text cell, row 2: 'abc'); fix or remove "
                         "those rows")
     assert lines[4] == "rows: 5 read, 4 streamed"
+
+
+def test_the_live_view_counts_rows_not_streamed(tmp_path):
+    from rich.console import Console
+
+    from streamfl.runtime.experiment import run_experiment
+    from streamfl.runtime.live import LiveView
+
+    path = tmp_path / "t.csv"
+    pd.DataFrame({"x": range(7), "y": [0, 1, 0, 1, 0, 1, 0]}).to_csv(path, index=False)
+    cfg = parse_config({"steps": None, "source": {"kind": "file", "path": str(path), "label": "y", "clients": 2},
+                        "learner": {"batch_size": 3}, "baselines": [], "output": {"plots": False}})
+    stream = build_stream(cfg)                  # clients of 4 and 3 rows: 1 row left out
+    view = LiveView("t", stream.n_steps, enabled=False)
+    tables = []
+
+    def hook(tracker, s):
+        view(tracker, s)
+        tables.append(view.table(tracker))
+    summary = run_experiment(cfg, tmp_path / "run", on_chunk=hook, stream=stream)
+    console = Console(record=True, width=120)
+    console.print(tables[-1])
+    assert "rows not streamed = 1" in console.export_text()
+    assert summary["inputs"]["rows"]["dropped_incomplete_batches"] == 1

@@ -48,7 +48,7 @@ class LiveView:
     def table(self, tracker) -> Table:
         st = tracker.state
         rate = st.samples / max(time.perf_counter() - self.started, 1e-9)
-        dropped = f"   rows not streamed (incomplete mini-batches) = {self.dropped:,}" if self.dropped else ""
+        dropped = f"   rows not streamed = {self.dropped:,}" if self.dropped else ""
         t = Table(title=f"t = {st.t:,}   samples/s = {rate:,.0f}{dropped}", expand=False)
         t.add_column("learner")
         t.add_column("cum. loss", justify="right")
