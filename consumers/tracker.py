@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -53,6 +52,7 @@ import numpy as np
 
 from streamfl.regret import RegretTracker
 from streamfl.runtime.experiment import MAIN, _jsonable
+from streamfl.runtime.header import describe_inputs
 from streamfl.runtime.sink import MetricsSink
 from streamfl.transport.format import FormatError, Loss, decode
 from streamfl.transport.spec import ConfigMismatch, check_fingerprint, config_fingerprint
@@ -307,7 +307,7 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
         "n_steps": tracker.state.t, "tau": tau, "rounds": 0 if tau is None else tracker.state.t // tau,
         "elapsed_seconds": elapsed, "samples_per_second": tracker.state.samples / max(elapsed, 1e-9),
         "config": json.loads(cfg.model_dump_json()), "run_dir": str(run_dir), "metrics_file": sink.path.name,
-        "gaps": {}, "dead_letters": dead_letters,
+        "gaps": {}, "dead_letters": dead_letters, "inputs": describe_inputs(cfg, stream),
     })
     if extra:
         summary.update(extra)
@@ -396,6 +396,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         from streamfl.runtime.experiment import build_stream
+        from streamfl.config import dump_config
         from streamfl.transport.spec import kafka_unsupported, read_config
         cfg = read_config(args.config)
         stream = build_stream(cfg)
@@ -405,7 +406,7 @@ def main(argv=None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         if not (out / "config.yaml").exists() or not (out / "config.yaml").samefile(args.config):
-            shutil.copyfile(args.config, out / "config.yaml")
+            (out / "config.yaml").write_text(dump_config(cfg))     # resolved: paths no longer relative
         summary = track(cfg, stream, args.bootstrap, args.run_id, out, timeout=args.timeout,
                         plots=False if args.no_plots else None, metrics_port=args.metrics_port,
                         metrics_linger=args.metrics_linger,

@@ -377,21 +377,25 @@ def _table_stream(stream):
 def step_times(cfg, stream) -> np.ndarray | None:
     """Seconds of each step of a file source: the earliest time-column value among step t's rows.
 
-    Returns None if the config has no ``time_column``. Datetime columns become
-    seconds since the epoch; numeric columns are taken as seconds.
+    Returns None if the config has no ``time_column``. Datetime columns (and
+    ISO-8601 text, read as UTC) become seconds since the epoch; numeric columns
+    are taken as seconds.
     """
     src = cfg.source
     col = getattr(src, "time_column", None)
     if col is None:
         return None
-    from streamfl.generators.tabular import load_table_file
-    table = load_table_file(src.path)
-    times = table[col].sort_values(kind="stable").reset_index(drop=True)
-    if np.issubdtype(times.dtype, np.datetime64):
-        import pandas as pd
-        secs = pd.to_datetime(times, utc=True).astype("int64").to_numpy() / 1e9
-    else:
+    from streamfl.generators.tabular import load_table_file, time_values
+    table = load_table_file(src.path, thousands=src.thousands)
+    times = time_values(table[col]).sort_values(kind="stable").reset_index(drop=True)   # as TableStream orders
+    import pandas as pd
+    if pd.api.types.is_numeric_dtype(times):
         secs = times.to_numpy(dtype=float)
+    elif pd.api.types.is_timedelta64_dtype(times):
+        secs = (times / pd.Timedelta(seconds=1)).to_numpy(dtype=float)
+    else:                  # whatever the datetime's unit (pandas 3 reads microseconds)
+        secs = ((pd.to_datetime(times, utc=True) - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)).to_numpy(
+            dtype=float)
     ts = _table_stream(stream)
     if ts is None:
         raise ReplayError("cannot map steps to time-column rows for this source")

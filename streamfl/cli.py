@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-import yaml
 from rich.console import Console
 
-from .config import ConfigError, default_config, load_config
+from .config import ConfigError, config_data, default_config, dump_config, load_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Streaming federated online learning with live regret (FedSEA and baselines).")
@@ -61,10 +60,11 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
             console.print(f"comparison plot: {result['plot']}")
             return
         from .runtime.experiment import build_stream
-        total = build_stream(cfg).n_steps
-        view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau}", total, console=console, enabled=live)
+        stream = build_stream(cfg)
+        _print_inputs(cfg, stream)
+        view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau}", stream.n_steps, console=console, enabled=live)
         with view:
-            summary = run_experiment(cfg, out, on_chunk=view, plots=plots and cfg.output.plots)
+            summary = run_experiment(cfg, out, on_chunk=view, plots=plots and cfg.output.plots, stream=stream)
     except USER_ERRORS as e:
         _fail(_message(e))
     _print_summary(summary)
@@ -76,6 +76,14 @@ def _resolve(out: Optional[Path], config: Optional[Path], steps: Optional[int], 
     cfg = load_config(config) if config else default_config()
     update = {k: v for k, v in (("steps", steps), ("seed", seed)) if v is not None}
     return cfg.model_copy(update=update) if update else cfg
+
+
+def _print_inputs(cfg, stream) -> None:
+    """The run header: how the input was read, what was inferred, dropped or skipped (see runtime/header.py)."""
+    from .runtime.header import describe_inputs, header_lines
+    for line in header_lines(describe_inputs(cfg, stream)):
+        console.print(line, highlight=False, soft_wrap=True,
+                      style="yellow" if line.startswith(("note:", "dropped column")) else None)
 
 
 def _check_out(out: Optional[Path]) -> None:
@@ -133,7 +141,7 @@ def datasets():
 @app.command("default-config")
 def default_config_cmd():
     """Print the default experiment as YAML (a starting point for your own)."""
-    console.print(yaml.safe_dump(json.loads(default_config().model_dump_json()), sort_keys=False), highlight=False)
+    console.print(dump_config(default_config()), highlight=False)
 
 
 def main():
@@ -153,8 +161,9 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
         if cfg.baselines:
             err.print(f"note: over Kafka only FedSEA runs; skipping baselines {', '.join(cfg.baselines)}",
                       highlight=False, soft_wrap=True)
-        total = build_stream(cfg).n_steps
-        view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau} over Kafka ({workers} worker(s))", total,
+        stream = build_stream(cfg)
+        _print_inputs(cfg, stream)
+        view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau} over Kafka ({workers} worker(s))", stream.n_steps,
                         console=console, enabled=live)
         if metrics_port is not None:
             # the tracker runs in this process; it reads the port from the environment (see consumers.tracker)
@@ -332,9 +341,14 @@ def track(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG,
           metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535, help="Serve Prometheus metrics on this port (default off; 9464 is conventional)."),
           metrics_linger: float = typer.Option(0.0, "--metrics-linger", min=0, help="Keep serving metrics this many seconds after the run (so the final values get scraped)."),
           plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots at the end.")):
-    cfg, _, _ = _prepare_role(broker, run_id, config, partitions)
-    from .runtime.experiment import new_run_dir
-    out = out or new_run_dir(cfg)
+    cfg, stream, _ = _prepare_role(broker, run_id, config, partitions)
+    from .runtime.experiment import make_dir, new_run_dir
+    try:
+        out = out or new_run_dir(cfg)
+        make_dir(out, "--out")
+    except USER_ERRORS as e:
+        _fail(_message(e))
+    _print_inputs(cfg, stream)
     from consumers import tracker
     argv = ["--bootstrap", broker, "--run-id", run_id, "--config", str(config), "--out", str(out),
             "--timeout", str(timeout), "--metrics-linger", str(metrics_linger)]
@@ -420,7 +434,7 @@ def _file_config(config, file, label, features, client_column, time_column):
         cfg = load_config(config)
         if cfg.source.kind != "file":
             raise ValueError(f"--file needs a config whose source.kind is file, got {cfg.source.kind!r}")
-        data = json.loads(cfg.model_dump_json())
+        data = config_data(cfg)
     else:
         data = {"baselines": [], "source": {"kind": "file"}}
     src = data["source"]

@@ -12,11 +12,12 @@ The default experiment (``streamfl run`` with no arguments) is
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -24,7 +25,9 @@ class ConfigError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: an int field takes integers only (not true, "3" or 3.0), a float field numbers only (not true or
+    # "0.5"), a bool field true/false only; floats must be finite (.inf and .nan are refused everywhere)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 # ----------------------------------------------------------------------------- drift
@@ -91,6 +94,7 @@ class RiverSynthSource(_Model):
     clients: int = Field(8, ge=1)
     shared_concept: bool = False
     standardize: bool = True
+    standardize_label: bool = False
 
 
 class Split(_Model):
@@ -138,14 +142,24 @@ class PriorShift(_Model):
 
 class TableSourceBase(_Model):
     label: str | None = None
+    task: Literal["least_squares", "logistic", "softmax"] | None = None
     features: list[str] | None = None
+    categorical: list[str] = Field(default_factory=list)
     time_column: str | None = None
     clients: int = Field(8, ge=1)
     split: Split = Field(default_factory=Split)
     standardize: bool = True
+    standardize_label: bool = False
     intercept: bool = True
     prior_shift: PriorShift | None = None
     inject: list[Injection] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _label_scaling(self):
+        if self.standardize_label and self.task not in (None, "least_squares"):
+            raise ValueError(f"source.standardize_label: only a least_squares label can be standardized "
+                             f"(source.task is {self.task})")
+        return self
 
 
 class RiverDatasetSource(TableSourceBase):
@@ -157,8 +171,9 @@ class RiverDatasetSource(TableSourceBase):
 class FileSource(TableSourceBase):
     """A CSV or Parquet file with named feature, label, client and time columns."""
     kind: Literal["file"]
-    path: Path
+    path: Path = Field(strict=False)
     label: str
+    thousands: str | None = Field(None, min_length=1, max_length=1)
 
 
 Source = Annotated[Union[SyntheticSource, RiverSynthSource, RiverDatasetSource, FileSource],
@@ -173,6 +188,18 @@ class StepSizeConfig(_Model):
     mu: float = Field(1.0, gt=0)
     t0: float = Field(0.0, ge=0)
 
+    @model_validator(mode="after")
+    def _usable(self):
+        # η_t is largest at t = 1 and never grows, so a zero or infinite η_1 means a useless schedule
+        if self.kind == "strongly_convex":
+            first, rule = 1.0 / (self.mu * (1.0 + self.t0)), f"1/(mu·(1 + t0)) with mu = {self.mu:g}, t0 = {self.t0:g}"
+        else:
+            first, rule = self.eta, f"eta = {self.eta:g}"
+        if not (0.0 < first < math.inf):
+            raise ValueError(f"learner.step_size: η at step 1 is {rule} = {first:g}; choose values giving a "
+                             f"finite η > 0")
+        return self
+
 
 class LearnerConfig(_Model):
     """FedSEA's knobs."""
@@ -184,7 +211,7 @@ class LearnerConfig(_Model):
 
 
 class OutputConfig(_Model):
-    dir: Path = Path("runs")
+    dir: Path = Field(Path("runs"), strict=False)
     format: Literal["csv", "parquet"] = "csv"
     plots: bool = True
     client_columns: bool = True
@@ -228,6 +255,13 @@ class ExperimentConfig(_Model):
     reservoir_size: int = Field(4096, ge=16)
     sweep: SweepConfig | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _one_path_component(cls, name: str) -> str:
+        if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+            raise ValueError(f"name: a run name is one folder name, without '/', '\\' or '..' (got {name!r})")
+        return name
+
     @model_validator(mode="after")
     def _steps_for_generators(self):
         if self.steps is None and self.source.kind in ("synthetic", "river_synth"):
@@ -258,12 +292,25 @@ def default_config() -> ExperimentConfig:
     })
 
 
+def _tags(union) -> tuple[str, ...]:
+    """The ``kind`` values of a discriminated union of models."""
+    members = get_args(get_args(union)[0])
+    return tuple(get_args(m.model_fields["kind"].annotation)[0] for m in members)
+
+
+_KINDS = {"source": _tags(Source), "drift": _tags(Drift), "inject": _tags(Injection)}
+
+
 def _format_error(err: ValidationError) -> str:
     e = err.errors()[0]
     loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in {
         "synthetic", "river_synth", "river_dataset", "file", "abrupt", "rotation", "linear", "periodic",
         "random_walk", "adaptive", "covariate_rotation", "covariate_scale", "label_flip"}))
     msg = e["msg"]
+    if e["type"] == "union_tag_not_found":   # a section or list item without its `kind`
+        owner = [p for p in e["loc"] if isinstance(p, str)][-1]
+        tags = ", ".join(_KINDS.get(owner, ()))
+        return f"config error: {loc}.kind is required: one of {tags}"
     if e["type"] == "value_error":          # our own validators: the message names the field
         msg = msg.removeprefix("Value error, ")
         return f"config error: {msg}" if msg.split(":")[0].split(".")[0] in (loc.split(".")[0], "steps", "sweep") \
@@ -306,6 +353,29 @@ def load_config(path: str | Path) -> ExperimentConfig:
     if getattr(src, "kind", None) == "file" and not src.path.is_absolute():
         cfg = cfg.model_copy(update={"source": src.model_copy(update={"path": (path.parent / src.path).resolve()})})
     return cfg
+
+
+def config_data(cfg: ExperimentConfig) -> dict:
+    """``cfg`` as plain YAML-ready data (the content of a run's ``config.yaml``).
+
+    Numbers keep their type and value (``.inf`` stays infinite, integer
+    mapping keys stay integers), paths become strings, so that
+    ``parse_config(config_data(cfg)) == cfg`` for every valid config.
+    """
+    def plain(v):
+        if isinstance(v, dict):
+            return {plain(k): plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        return str(v) if isinstance(v, Path) else v
+    data = plain(cfg.model_dump(mode="python"))
+    data["source"] = {"kind": data["source"].pop("kind"), **data["source"]}     # kind first, for the reader
+    return data
+
+
+def dump_config(cfg: ExperimentConfig) -> str:
+    """The YAML text of ``cfg`` that :func:`load_config` reads back to an equal config."""
+    return yaml.safe_dump(config_data(cfg), sort_keys=False, allow_unicode=True)
 
 
 def apply_override(data: dict, dotted: str, value) -> dict:

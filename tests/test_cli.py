@@ -94,3 +94,102 @@ def test_replaying_a_run_into_itself_is_refused():
                                  "--config", str(EXAMPLES / "default.yaml")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "the source is run r1's own data topic" in proc.stderr
+
+
+def _cli(tmp_path, *argv, timeout=300):
+    """Run the CLI as a user does, from a temporary folder."""
+    return subprocess.run(CLI + list(argv), capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+
+
+def test_the_run_header_and_summary_say_how_a_file_was_read(tmp_path):
+    (tmp_path / "data.csv").write_text("x1,x2,y\n1,2,0.5\n2,abc,1.5\n3,4,2.5\n4,5,0.5\n5,6,1.5\n")
+    (tmp_path / "exp.yaml").write_text("steps: null\nsource: {kind: file, path: data.csv, label: y, clients: 1}\n"
+                                       "learner: {batch_size: 2}\nbaselines: []\noutput: {plots: false}\n")
+    proc = _cli(tmp_path, "run", "--config", "exp.yaml", "--no-live", "--out", "run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[:6] == [
+        f"input: file {tmp_path / 'data.csv'} → T = 2 steps, M = 1 clients, d = 2 features, b = 2",
+        "task: least_squares, inferred: label 'y' holds numbers that are not whole (e.g. 0.5), so a regression "
+        "target → least_squares",
+        "columns: number x1 · label y (regression target in its own units)",
+        "dropped column x2: numbers with text among them (1 text cell, row 2: 'abc'); fix or remove those rows",
+        "rows: 5 read, 4 streamed",
+        "note: 1 row not streamed: the last mini-batch of 1 client had fewer than b = 2 rows (only full "
+        "mini-batches are streamed)",
+    ]
+    inputs = json.loads((tmp_path / "run" / "summary.json").read_text())["inputs"]
+    assert inputs["task"]["source"] == "inferred" and inputs["rows"]["dropped_incomplete_batches"] == 1
+    assert [c["read_as"] for c in inputs["columns"]] == ["number", "dropped", "label"]
+
+    # named, the column is refused with its row; declared categorical, it is one-hot encoded (5 values)
+    (tmp_path / "named.yaml").write_text("steps: null\nsource: {kind: file, path: data.csv, label: y, task: "
+                                         "least_squares, features: [x1, x2]}\nbaselines: []\n")
+    proc = _cli(tmp_path, "run", "--config", "named.yaml", "--no-live", "--out", "named")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == ("error: Feature column 'x2' holds numbers with text among them (1 text cell, "
+                                   "row 2: 'abc'); fix or remove those rows, or list it in categorical to one-hot "
+                                   "encode its values.")
+    assert not (tmp_path / "named").exists()
+    (tmp_path / "cat.yaml").write_text("steps: null\nsource: {kind: file, path: data.csv, label: y, clients: 1, task: "
+                                       "least_squares, categorical: [x2]}\nbaselines: []\noutput: {plots: false}\n")
+    proc = _cli(tmp_path, "run", "--config", "cat.yaml", "--no-live", "--out", "cat")
+    assert proc.returncode == 0, proc.stderr
+    assert "task: least_squares (source.task)" in proc.stdout
+    summary = json.loads((tmp_path / "cat" / "summary.json").read_text())
+    assert summary["n_features"] == 1 + 5 + 1
+    assert summary["inputs"]["columns"][1] == {"column": "x2", "read_as": "category",
+                                               "why": "one-hot over its 5 sorted values ('2', '4', '5', '6', 'abc')"}
+
+
+@pytest.mark.parametrize("config,message", [
+    ("name: ../../escaped\nsteps: 5\n",
+     "error: config error: name: a run name is one folder name, without '/', '\\' or '..' (got '../../escaped')"),
+    ("steps: 5\nsource: {task: least_squares}\n",
+     "error: config error: source.kind is required: one of synthetic, river_synth, river_dataset, file"),
+    ("steps: 5\nsource: {kind: synthetic, clients: true}\n",
+     "error: config error: source.clients: Input should be a valid integer (got True)"),
+    ("steps: 5\nlearner: {step_size: {kind: strongly_convex, t0: .inf}}\n",
+     "error: config error: learner.step_size.t0: Input should be a finite number (got inf)"),
+    ("steps: 5\noutput: {dir: taken}\n",
+     "error: output.dir: taken is an existing file, not a folder; point output.dir at a folder"),
+    ("steps: 5\noutput: {dir: taken/runs}\n",
+     "error: output.dir: taken is an existing file, not a folder; point output.dir at a folder"),
+    ("steps: 100\nsource: {kind: river_synth, name: ConceptDriftStream, params: {position: 200, width: 1}}\n",
+     "error: River generator ConceptDriftStream(position=200, width=1) failed while drawing samples: "
+     "OverflowError: math range error"),
+    ("steps: 10\nsource: {kind: river_synth, name: Hyperplane, params: {n_features: 3, n_drift_features: 5}}\n",
+     "error: Invalid params for river.datasets.synth.Hyperplane: n_drift_features must be between 0 and n_features "
+     "(3); got 5."),
+])
+def test_user_mistakes_are_one_line_and_write_nothing(tmp_path, config, message):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "taken").write_text("a file\n")
+    (tmp_path / "work" / "exp.yaml").write_text(config + "baselines: []\n")
+    proc = _cli(tmp_path / "work", "run", "--config", "exp.yaml", "--no-live")
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.strip() == message
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["exp.yaml", "taken", "work"]
+
+
+def test_a_saved_config_runs_again_to_the_same_numbers(tmp_path):
+    (tmp_path / "exp.yaml").write_text(
+        "steps: 200\nsource: {kind: synthetic, task: least_squares, clients: 3, dim: 2, drift: [{kind: abrupt, "
+        "at: [150, 900]}]}\nlearner: {tau: 4, step_size: {kind: strongly_convex, mu: 2, t0: 5}}\nbaselines: []\n"
+        "output: {plots: false}\n")
+    first = _cli(tmp_path, "run", "--config", "exp.yaml", "--no-live", "--out", "a")
+    assert first.returncode == 0, first.stderr
+    assert "note: abrupt drift at step 900 comes after the last step (199; steps count from 0): no effect" in \
+        first.stdout
+    again = _cli(tmp_path, "run", "--config", "a/config.yaml", "--no-live", "--out", "b")
+    assert again.returncode == 0, again.stderr
+    a, b = (json.loads((tmp_path / d / "summary.json").read_text()) for d in "ab")
+    assert a["config"] == b["config"]
+    assert a["regret_static"] == b["regret_static"] and a["regret_expected"] == b["regret_expected"]
+    assert a["inputs"]["notes"] == b["inputs"]["notes"]
+
+
+def test_out_inside_a_file_is_one_line(tmp_path):
+    (tmp_path / "data.csv").write_text("x\n")
+    proc = _cli(tmp_path, "run", "--steps", "5", "--no-live", "--out", "data.csv/run")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: --out: data.csv is an existing file, not a folder; point --out at a folder"

@@ -68,3 +68,89 @@ def test_prior_shift_accepts_integer_class_keys():
     cfg = parse_config({"steps": None, "source": {"kind": "river_dataset", "name": "Phishing",
                                                   "prior_shift": {"start": 0.5, "class_weights": {1: 5.0}}}})
     assert cfg.source.prior_shift.class_weights == {1: 5.0}
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"source": {"kind": "synthetic", "clients": True}},
+     "config error: source.clients: Input should be a valid integer (got True)"),
+    ({"steps": "100"}, "config error: steps: Input should be a valid integer (got '100')"),
+    ({"steps": 100.0}, "config error: steps: Input should be a valid integer (got 100.0)"),
+    ({"learner": {"step_size": {"eta": True}}},
+     "config error: learner.step_size.eta: Input should be a valid number (got True)"),
+    ({"learner": {"step_size": {"eta": "0.1"}}},
+     "config error: learner.step_size.eta: Input should be a valid number (got '0.1')"),
+    ({"output": {"plots": 1}}, "config error: output.plots: Input should be a valid boolean (got 1)"),
+    ({"output": {"plots": "no"}}, "config error: output.plots: Input should be a valid boolean (got 'no')"),
+])
+def test_numbers_and_booleans_are_not_coerced(data, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert str(err.value) == message
+
+
+def test_a_float_field_takes_an_integer():
+    assert parse_config({"learner": {"step_size": {"eta": 1}}}).learner.step_size.eta == 1.0
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"source": {"task": "least_squares"}},
+     "config error: source.kind is required: one of synthetic, river_synth, river_dataset, file"),
+    ({"source": {"kind": "synthetic", "drift": [{"speed": 0.1}]}},
+     "config error: source.drift.0.kind is required: one of abrupt, rotation, linear, periodic, random_walk, adaptive"),
+    ({"source": {"kind": "file", "path": "t.csv", "label": "y", "inject": [{"start": 3}]}},
+     "config error: source.inject.0.kind is required: one of covariate_rotation, covariate_scale, label_flip"),
+])
+def test_a_section_without_kind_names_the_choices(data, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "a/b", "..", ".", "", "a\\b"])
+def test_a_run_name_is_one_folder_name(name):
+    with pytest.raises(ConfigError) as err:
+        parse_config({"name": name})
+    assert str(err.value) == (f"config error: name: a run name is one folder name, without '/', '\\' or '..' "
+                              f"(got {name!r})")
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"learner": {"step_size": {"kind": "strongly_convex", "t0": float("inf")}}},
+     "config error: learner.step_size.t0: Input should be a finite number (got inf)"),
+    ({"learner": {"radius": float("nan")}}, "config error: learner.radius: Input should be a finite number (got nan)"),
+    ({"source": {"kind": "synthetic", "drift": [{"kind": "rotation", "speed": float("-inf")}]}},
+     "config error: source.drift.0.speed: Input should be a finite number (got -inf)"),
+    ({"learner": {"step_size": {"kind": "strongly_convex", "mu": 1e-320}}},
+     "config error: learner.step_size: η at step 1 is 1/(mu·(1 + t0)) with mu = 9.99989e-321, t0 = 0 = inf; "
+     "choose values giving a finite η > 0"),
+    ({"learner": {"step_size": {"kind": "strongly_convex", "mu": 1e300, "t0": 1e300}}},
+     "config error: learner.step_size: η at step 1 is 1/(mu·(1 + t0)) with mu = 1e+300, t0 = 1e+300 = 0; "
+     "choose values giving a finite η > 0"),
+    ({"steps": None, "source": {"kind": "river_dataset", "name": "Phishing", "task": "logistic",
+                                "standardize_label": True}},
+     "config error: source.standardize_label: only a least_squares label can be standardized "
+     "(source.task is logistic)"),
+    ({"steps": None, "source": {"kind": "file", "path": "t.csv", "label": "y", "thousands": ",,"}},
+     "config error: source.thousands: String should have at most 1 character (got ',,')"),
+])
+def test_values_that_make_no_sense_are_refused(data, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(data)
+    assert str(err.value) == message
+
+
+def test_saved_config_reads_back_equal_with_integer_class_keys_and_resolved_paths(tmp_path):
+    from streamfl.config import dump_config
+    (tmp_path / "exp").mkdir()
+    src = tmp_path / "exp" / "a.yaml"
+    src.write_text("steps: null\nsource: {kind: file, path: data/t.csv, label: y, task: softmax,\n"
+                   "  prior_shift: {start: 0.5, class_weights: {1: 2.5, b: 0}}}\n"
+                   "learner: {step_size: {kind: strongly_convex, mu: 2, t0: 10}}\n")
+    cfg = load_config(src)
+    assert cfg.source.path == tmp_path / "exp" / "data" / "t.csv"
+    saved = tmp_path / "run" / "config.yaml"
+    saved.parent.mkdir()
+    saved.write_text(dump_config(cfg))
+    again = load_config(saved)
+    assert again == cfg
+    assert again.source.prior_shift.class_weights == {1: 2.5, "b": 0.0}

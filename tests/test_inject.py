@@ -176,3 +176,16 @@ def test_optimum_follows_covariate_drift():
     logistic = _KnownOptimum()
     logistic.task, logistic.y = "logistic", (logistic.y > 0).astype(float)
     assert all(c.optimum is None for c in InjectedDrift(logistic, [LabelFlip(3, 5)]).chunks(2))
+
+
+def test_drift_injected_after_the_end_is_noted():
+    base = _tiny()                                   # 4 steps: 0..3
+    drifted = InjectedDrift(base, [LabelFlip(start=5000), CovariateRotation(start=2, end=9, angle=1.0),
+                                   CovariateScale(start=1, end=3, factor=2.0)])
+    assert drifted.notes_ == [
+        "label_flip starts at step 5000, after the last step (3; steps count from 0): no effect",
+        "covariate_rotation ramps until step 9, after the last step (3): it reaches 14% of its full change",
+    ]
+    assert drifted.columns_ == base.columns_ and drifted.task_rule_ == base.task_rule_
+    X, y, _ = _collect(drifted)
+    np.testing.assert_array_equal(y, _collect(base)[1])          # and indeed no label flipped

@@ -100,3 +100,55 @@ def test_features_are_standardised_by_default():
     np.testing.assert_allclose(body.std(axis=0)[body.std(axis=0) > 0], 1.0, rtol=1e-9)
     raw = RiverSynthStream("Agrawal", n_clients=2, n_steps=200, standardize=False)
     assert np.abs(_collect(raw)[0]).max() > 1e4
+
+
+def test_what_river_would_fail_on_is_refused_before_drawing():
+    with pytest.raises(ValueError) as err:
+        RiverSynthStream("ConceptDriftStream", n_steps=10, params={"position": 5, "width": 0})
+    assert str(err.value) == ("Invalid params for river.datasets.synth.ConceptDriftStream: width must be an int >= 1 "
+                              "(the number of samples the change takes); got 0.")
+    with pytest.raises(ValueError) as err:
+        RiverSynthStream("Hyperplane", n_steps=10, params={"n_features": 3, "n_drift_features": 5})
+    assert str(err.value) == ("Invalid params for river.datasets.synth.Hyperplane: n_drift_features must be between "
+                              "0 and n_features (3); got 5.")
+    with pytest.raises(ValueError) as err:    # nested generators are checked too
+        RiverSynthStream("ConceptDriftStream", n_steps=10,
+                         params={"stream": {"name": "Hyperplane", "params": {"n_features": 2, "n_drift_features": 3}},
+                                 "drift_stream": {"name": "Hyperplane", "params": {"n_features": 2}}, "width": 5})
+    assert str(err.value) == ("Invalid params for river.datasets.synth.Hyperplane: n_drift_features must be between "
+                              "0 and n_features (2); got 3.")
+
+
+def test_an_error_river_raises_while_drawing_is_one_line():
+    # River computes exp(4·(position − i)/width): it overflows for position 200, width 1 at the first sample.
+    with pytest.raises(ValueError) as err:
+        RiverSynthStream("ConceptDriftStream", n_clients=2, n_steps=100, params={"position": 200, "width": 1})
+    assert str(err.value) == ("River generator ConceptDriftStream(position=200, width=1) failed while drawing "
+                              "samples: OverflowError: math range error")
+
+
+def test_task_rule_columns_and_drift_after_the_end():
+    s = RiverSynthStream("ConceptDriftStream", n_clients=2, n_steps=100, batch_size=2, params={"position": 5000})
+    assert s.task_rule_ == "labels are integers, so classes → logistic"
+    assert s.notes_ == ["ConceptDriftStream's drift position 5000 is at or after sample 200, past the last one each "
+                        "generator draws (T·b = 200): no drift there"]
+    assert s.columns_[0] == {"column": "salary", "read_as": "number", "why": "numbers"}
+    assert s.columns_[-1] == {"column": "y", "read_as": "label", "why": "2 classes (0, 1), class k encoded as k"}
+    assert RiverSynthStream("ConceptDriftStream", n_clients=2, n_steps=100, batch_size=2,
+                            params={"position": 150, "width": 50}).notes_ == []
+    mv = RiverSynthStream("Mv", n_clients=1, n_steps=30)
+    assert {c["column"]: c["read_as"] for c in mv.columns_}["3"] == "category"
+    assert mv.task_rule_ == "labels are real numbers, so a regression target → least_squares"
+
+
+def test_standardize_label_for_regression_generators():
+    raw = RiverSynthStream("FriedmanDrift", n_clients=2, n_steps=50, params={"position": (5, 10, 15)})
+    z = RiverSynthStream("FriedmanDrift", n_clients=2, n_steps=50, params={"position": (5, 10, 15)},
+                         standardize_label=True)
+    _, y_raw = _collect(raw)
+    _, y_z = _collect(z)
+    np.testing.assert_allclose(y_z, (y_raw - y_raw.mean()) / y_raw.std(), rtol=1e-12, atol=1e-12)
+    assert (z.label_mean_, z.label_scale_) == (pytest.approx(y_raw.mean()), pytest.approx(y_raw.std()))
+    with pytest.raises(ValueError) as err:
+        RiverSynthStream("SEA", n_steps=10, standardize_label=True)
+    assert str(err.value) == "standardize_label needs a least_squares label; SEA's labels are classes."

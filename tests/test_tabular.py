@@ -184,7 +184,8 @@ def test_task_inference_encoding_standardisation():
     np.testing.assert_array_equal(flat[:, 2], 0)  # constant column: std taken as 1
     np.testing.assert_array_equal(flat[:, 3], 1)  # intercept last
 
-    s = TableStream(table, label="flag", features=["colour"], n_clients=1, standardize=False, intercept=False)
+    s = TableStream(table, label="flag", features=["colour"], categorical=["colour"], n_clients=1,
+                    standardize=False, intercept=False)
     assert s.task == "logistic" and s.feature_names_ == ["colour=blue", "colour=green", "colour=red"]
     X, y, _, _ = _collect(s)
     np.testing.assert_array_equal(X[:3, 0, 0], [[0, 0, 1], [1, 0, 0], [0, 0, 1]])
@@ -210,7 +211,8 @@ def test_error_messages():
     assert str(err.value) == "Unknown feature column 'z'; the table has columns 'x', 'y'."
     with pytest.raises(ValueError) as err:
         TableStream(table, label="y")
-    assert str(err.value) == "Column 'x' has 1 missing values; drop or impute them before streaming."
+    assert str(err.value) == ("Column 'x' has 1 missing values (first at row 3; a CSV's empty cells and NA, N/A, n/a, "
+                              "null, NaN, None are missing); drop or impute them before streaming.")
     with pytest.raises(ValueError) as err:
         TableStream(table, label="y", alpha=-1)
     assert str(err.value) == "The 'alpha' parameter of TableStream must be a float > 0. Got -1 instead."
@@ -300,3 +302,184 @@ def test_prior_shift_validation():
         TableStream(table, label="y", prior_shift={"start": 1.5, "class_weights": {1: 2.0}})
     with pytest.raises(ValueError, match="prior_shift needs a classification task"):
         TableStream(table, label="x", prior_shift={"start": 0.5, "class_weights": {1: 2.0}})
+
+
+# --------------------------------------------------------------------------- how columns are read
+
+
+def _stray_text_table():
+    # The file: x2 holds one text cell among numbers (as pandas reads it from a CSV: all text).
+    return pd.DataFrame({"x1": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "x2": ["2", "abc", "4", "5", "6", "7"],
+                         "y": [0, 1, 0, 1, 0, 1]})
+
+
+def test_text_in_a_named_numeric_feature_is_refused_with_its_row():
+    with pytest.raises(ValueError) as err:
+        TableStream(_stray_text_table(), label="y", features=["x1", "x2"])
+    assert str(err.value) == ("Feature column 'x2' holds numbers with text among them (1 text cell, row 2: 'abc'); "
+                              "fix or remove those rows, or list it in categorical to one-hot encode its values.")
+    colour = pd.DataFrame({"c": ["red", "blue", "red"], "y": [0, 1, 0]})
+    with pytest.raises(ValueError) as err:
+        TableStream(colour, label="y", features=["c"])
+    assert str(err.value) == ("Feature column 'c' holds text (row 1: 'red'); list it in categorical to one-hot "
+                              "encode it, or leave it out of features.")
+
+
+def test_default_features_drop_text_columns_and_say_why():
+    s = TableStream(_stray_text_table(), label="y", n_clients=2, standardize=False)
+    assert s.feature_names_ == ["x1", "intercept"] and s.n_features == 2      # never 8 one-hot columns
+    assert s.ignored_columns_ == ["x2"]
+    assert s.columns_ == [
+        {"column": "x1", "read_as": "number", "why": "numbers"},
+        {"column": "x2", "read_as": "dropped",
+         "why": "numbers with text among them (1 text cell, row 2: 'abc'); fix or remove those rows"},
+        {"column": "y", "read_as": "label", "why": "2 classes (0, 1), class k encoded as k"},
+    ]
+
+
+def test_placeholders_and_thousands_separators_in_a_csv(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text('a,q,price,y\n1,3,"1,170.3",0\n2,?,"2,000",1\n3,5,950,0\n4,6,"1,001.5",1\n')
+    table = load_table_file(path)
+    s = TableStream(table, label="y", n_clients=1, standardize=False)
+    assert s.feature_names_ == ["a", "intercept"]
+    assert [(c["column"], c["read_as"], c["why"]) for c in s.columns_[1:3]] == [
+        ("q", "dropped", "numbers with text among them (1 text cell, row 2: '?'); fix or remove those rows"),
+        ("price", "dropped", "numbers written with thousands separators (row 1: '1,170.3'); "
+                             "set source.thousands: ','"),
+    ]
+    with pytest.raises(ValueError) as err:
+        TableStream(table, label="y", features=["price"])
+    assert str(err.value) == ("Feature column 'price' holds numbers written with thousands separators "
+                              "(row 1: '1,170.3'); set source.thousands: ','.")
+    s = TableStream(load_table_file(path, thousands=","), label="y", features=["price"], n_clients=1,
+                    standardize=False, intercept=False)
+    X, _, _, _ = _collect(s)
+    np.testing.assert_array_equal(X[:, 0, 0, 0], [1170.3, 2000.0, 950.0, 1001.5])
+    table.to_parquet(tmp_path / "t.parquet")
+    with pytest.raises(ValueError, match="thousands applies to CSV files only"):
+        load_table_file(tmp_path / "t.parquet", thousands=",")
+
+
+def test_categorical_columns_are_one_hot_over_sorted_values():
+    table = pd.DataFrame({"x": [1.0, 2.0, 3.0, 4.0], "city": ["Oslo", "Bergen", "oslo", "Bergen"],
+                          "code": [30, 4, 4, 100], "y": [0, 1, 0, 1]})
+    s = TableStream(table, label="y", categorical=["city", "code"], n_clients=1, standardize=False,
+                    intercept=False)
+    assert s.feature_names_ == ["x", "city=Bergen", "city=Oslo", "city=oslo", "code=4", "code=30", "code=100"]
+    X, _, _, _ = _collect(s)
+    np.testing.assert_array_equal(X[:, 0, 0], [[1, 0, 1, 0, 0, 1, 0], [2, 1, 0, 0, 1, 0, 0],
+                                               [3, 0, 0, 1, 1, 0, 0], [4, 1, 0, 0, 0, 0, 1]])
+    assert s.columns_[1] == {"column": "city", "read_as": "category",
+                             "why": "one-hot over its 3 sorted values ('Bergen', 'Oslo', 'oslo')"}
+    with pytest.raises(ValueError) as err:
+        TableStream(table, label="y", features=["x"], categorical=["city"])
+    assert str(err.value) == "Column 'city' is categorical but not in features; add it to features."
+    with pytest.raises(ValueError, match="Column 'y' is the label, client or time column and cannot be categorical"):
+        TableStream(table, label="y", categorical=["y"])
+
+
+def test_time_column_text_must_be_iso_dates():
+    table = pd.DataFrame({"when": ["2024-03-02", "2024-03-01T12:00", "2024-02-29"], "x": [1.0, 2.0, 3.0],
+                          "y": [0, 1, 0]})
+    s = TableStream(table, label="y", time_column="when", n_clients=1, standardize=False, intercept=False)
+    X, _, _, _ = _collect(s)
+    np.testing.assert_array_equal(X[:, 0, 0, 0], [3.0, 2.0, 1.0])
+    assert s.columns_[0] == {"column": "when", "read_as": "time",
+                             "why": "orders the rows (ISO-8601 text read as UTC datetimes, ascending; ties keep "
+                                    "table order)"}
+    with pytest.raises(ValueError) as err:
+        TableStream(table.assign(when=["2024-03-02", "1/3/2024", "2024-02-29"]), label="y", time_column="when")
+    assert str(err.value) == ("Time column 'when' holds text that is not an ISO-8601 date or time (row 2: "
+                              "'1/3/2024'); write times as numbers or as YYYY-MM-DD[THH:MM:SS].")
+
+
+def test_a_label_of_numbers_with_a_stray_text_cell_is_refused():
+    table = pd.DataFrame({"x": np.arange(6.0), "y": ["0", "1", "?", "1", "0", "1"]})
+    with pytest.raises(ValueError) as err:
+        TableStream(table, label="y")
+    assert str(err.value) == ("Label column 'y' holds numbers with text among them (1 text cell, row 3: '?'); "
+                              "fix or remove those rows.")
+
+
+# --------------------------------------------------------------------------- task
+
+
+def test_task_inference_says_its_rule_and_a_given_task_is_kept():
+    table = pd.DataFrame({"x": np.arange(6.0), "y": [0.5, 1.5, 2.5, 0.5, 1.5, 2.5]})
+    s = TableStream(table, label="y")
+    assert s.task == "least_squares"           # not a 3-class softmax: 0.5 is no class label
+    assert s.task_rule_ == ("label 'y' holds numbers that are not whole (e.g. 0.5), so a regression target "
+                            "→ least_squares")
+    s = TableStream(table.assign(y=[3, 1, 2, 3, 1, 2]), label="y")
+    assert (s.task, s.n_classes) == ("softmax", 3)
+    assert s.task_rule_ == "label 'y' holds 3 distinct whole numbers (at most 10), so classes → softmax"
+    s = TableStream(table.assign(y=[3, 1, 2, 3, 1, 2]), label="y", task="least_squares")
+    assert s.task == "least_squares" and s.task_rule_ is None
+    assert TableStream(table.assign(y=np.arange(6) % 2 == 0), label="y").task_rule_ == \
+        "label 'y' holds booleans, so 2 classes → logistic"
+
+
+def test_standardize_label_z_scores_a_regression_target():
+    table = pd.DataFrame({"x": [0.0, 1.0, 2.0, 3.0], "y": [100.0, 200.0, 300.0, 400.0]})
+    s = TableStream(table, label="y", task="least_squares", standardize_label=True, n_clients=1)
+    _, y, _, _ = _collect(s)
+    sd = math.sqrt(12500.0)                    # population standard deviation of 100..400
+    np.testing.assert_allclose(y[:, 0, 0], [-150 / sd, -50 / sd, 50 / sd, 150 / sd], rtol=1e-15)
+    assert (s.label_mean_, s.label_scale_) == (250.0, pytest.approx(sd, rel=1e-15))
+    assert s.columns_[1]["why"] == "regression target, z-scored (mean 250, standard deviation 111.8)"
+    with pytest.raises(ValueError) as err:
+        TableStream(table.assign(y=[0, 1, 0, 1]), label="y", standardize_label=True)
+    assert str(err.value) == ("standardize_label needs a least_squares label; label 'y' is read as classes "
+                              "(label 'y' holds 2 distinct whole numbers (at most 10), so classes).")
+
+
+# --------------------------------------------------------------------------- rows and clients left out
+
+
+def test_incomplete_batches_and_idle_clients_are_counted_and_noted():
+    table = pd.DataFrame({"x": np.arange(5.0), "y": [0, 1, 0, 1, 0]})
+    s = TableStream(table, label="y", n_clients=1, batch_size=2)
+    assert (s.n_steps, s.n_dropped_, s.n_rows_) == (2, 1, 5)      # 5 rows, b = 2: 4 streamed
+    assert s.notes_ == ["1 row not streamed: the last mini-batch of 1 client had fewer than b = 2 rows (only full "
+                        "mini-batches are streamed)"]
+
+    big = pd.DataFrame({"x": np.arange(200.0), "y": np.arange(200) % 2})
+    s = TableStream(big, label="y", n_clients=300)
+    assert s.idle_clients_ == list(range(200, 300))
+    assert s.notes_ == ["100 of 300 clients have no rows (200 rows in 300 contiguous blocks) and never play: "
+                        "clients 200, 201, 202, 203, 204, 205, 206, 207, ... (92 more)"]
+
+    s = TableStream(big, label="y", n_clients=4, split="dirichlet", alpha=0.1, seed=1)
+    assert [len(r) for r in s.client_rows_] == [0, 0, 0, 200] and s.idle_clients_ == [0, 1, 2]
+    assert s.notes_ == ["3 of 4 clients have no rows (Dirichlet label skew, alpha = 0.1) and never play: "
+                        "clients 0, 1, 2"]
+
+    s = TableStream(big, label="y", n_clients=2, batch_size=3, max_steps=10)
+    assert (s.n_dropped_, s.n_truncated_) == (2, 138)                # 100 rows each: 33 batches + 1 row
+    assert s.notes_[1] == "138 rows after step 10 not streamed (steps caps the stream at T = 10)"
+
+    s = TableStream(_client_table(), label="y", split="column", client_column="client", time_column="t",
+                    batch_size=4)
+    assert (s.n_steps, s.n_dropped_, s.idle_clients_) == (1, 3, ["b"])
+    assert s.notes_ == ["1 client with fewer rows than b = 4 never plays: b (3 rows)",
+                        "3 rows not streamed: the last mini-batch of 1 client had fewer than b = 4 rows (only full "
+                        "mini-batches are streamed)"]
+    assert s.columns_[0] == {"column": "client", "read_as": "client",
+                             "why": "client ids, one client per distinct value (2 clients, sorted)"}
+
+
+def test_replay_paces_by_the_time_column_as_the_stream_orders_it(tmp_path):
+    # `streamfl replay --file` reads the time column the same way: ISO-8601 text as UTC seconds since the epoch
+    from producers.replay import step_times
+    from streamfl.config import parse_config
+    from streamfl.generators.build import build_stream
+
+    path = tmp_path / "t.csv"
+    path.write_text("when,x,y\n1970-01-01T00:01:00,1,0\n1970-01-01T00:00:10,2,1\n1970-01-01T00:00:30+00:00,3,0\n")
+    cfg = parse_config({"steps": None, "source": {"kind": "file", "path": str(path), "label": "y", "clients": 1,
+                                                  "time_column": "when", "standardize": False}})
+    stream = build_stream(cfg)
+    X, _, _, _ = _collect(stream)
+    np.testing.assert_array_equal(X[:, 0, 0, 0], [2.0, 3.0, 1.0])
+    np.testing.assert_array_equal(step_times(cfg, stream), [10.0, 30.0, 60.0])

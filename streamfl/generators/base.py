@@ -107,6 +107,16 @@ class Stream(ABC):
     adaptive : bool
         True when the adversary reacts to the learner's models; the engine
         then asks for one step at a time and calls :meth:`observe`.
+    task_rule_ : str or None
+        How the stream inferred ``task`` from its data; ``None`` when the task
+        was given.
+    columns_ : sequence of dict
+        How each input column was read, ``{"column", "read_as", "why"}``
+        (real tables and River generators; empty for generated features).
+    notes_ : sequence of str
+        One line per thing the stream infers, drops or skips that changes what
+        is learned (rows not streamed, clients that never play, drift after
+        the last step). The run header and ``summary.json`` report them.
     """
 
     n_clients: int
@@ -117,6 +127,9 @@ class Stream(ABC):
     n_classes: int = 1
     population: object | None = None
     adaptive: bool = False
+    task_rule_: str | None = None
+    columns_: tuple = ()
+    notes_: tuple = ()
 
     @abstractmethod
     def chunks(self, chunk_size: int = 256) -> Iterator[Chunk]:

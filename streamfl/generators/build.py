@@ -34,19 +34,20 @@ def build_stream(cfg: ExperimentConfig):
         from ..generators.river_synth import RiverSynthStream
         return RiverSynthStream(src.name, n_clients=src.clients, n_steps=cfg.steps, batch_size=b,
                                 seed=cfg.seed, params=src.params, shared_concept=src.shared_concept,
-                                standardize=src.standardize)
+                                standardize=src.standardize, standardize_label=src.standardize_label)
     from ..generators import inject as I
     from ..generators.tabular import TableStream, load_river_dataset, load_table_file
     if src.kind == "river_dataset":
         table, label = load_river_dataset(src.name)
         label = src.label or label
     else:
-        table, label = load_table_file(src.path), src.label
+        table, label = load_table_file(src.path, thousands=src.thousands), src.label
     stream = TableStream(table, label=label, features=src.features, n_clients=src.clients, split=src.split.kind,
                          client_column=src.split.column, alpha=src.split.alpha, time_column=src.time_column,
-                         batch_size=b, seed=cfg.seed, standardize=src.standardize, intercept=src.intercept,
-                         max_steps=cfg.steps,
-                         prior_shift=None if src.prior_shift is None else src.prior_shift.model_dump())
+                         batch_size=b, seed=cfg.seed, task=src.task, standardize=src.standardize,
+                         intercept=src.intercept, max_steps=cfg.steps,
+                         prior_shift=None if src.prior_shift is None else src.prior_shift.model_dump(),
+                         categorical=src.categorical, standardize_label=src.standardize_label)
     if src.inject:
         makers = {"covariate_rotation": I.CovariateRotation, "covariate_scale": I.CovariateScale,
                   "label_flip": I.LabelFlip}

@@ -76,6 +76,20 @@ class Injector(ABC):
         return optimum
 
     changes_features = True
+    kind: str            # the injector's name in a config's source.inject
+
+    def _late(self, n_steps: int) -> str | None:
+        """A one-line note if this injector starts, or ends its ramp, after the last step of ``n_steps``."""
+        name = self.kind
+        if self.start >= n_steps:
+            return (f"{name} starts at step {self.start}, after the last step ({n_steps - 1}; steps count from 0): "
+                    f"no effect")
+        end = getattr(self, "end", None)
+        if self.changes_features and end is not None and end > n_steps - 1:   # a ramp (label flips switch)
+            share = float(self._ramp(np.array([n_steps - 1]))[0])
+            return (f"{name} ramps until step {end}, after the last step ({n_steps - 1}): it reaches "
+                    f"{share:.0%} of its full change")
+        return None
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
@@ -130,6 +144,8 @@ class CovariateRotation(Injector):
     >>> rot
     CovariateRotation(start=0, end=0, angle=1.5707963267948966, seed=0, plane=(0, 1))
     """
+
+    kind = "covariate_rotation"
 
     def __init__(self, start: int, end: int, angle: float, seed: int = 0, plane: tuple[int, int] | None = None):
         owner = "CovariateRotation"
@@ -220,6 +236,8 @@ class CovariateScale(Injector):
     3.0
     """
 
+    kind = "covariate_scale"
+
     def __init__(self, start: int, end: int, factor: float, seed: int = 0, features: Sequence[int] | None = None):
         owner = "CovariateScale"
         self.start, self.end = _check_window(owner, start, end)
@@ -301,6 +319,8 @@ class LabelFlip(Injector):
 
     changes_features = False
 
+    kind = "label_flip"
+
     def __init__(self, start: int, end: int | None = None, fraction: float = 1.0, seed: int = 0):
         owner = "LabelFlip"
         self.start = _check_int(start, "start", owner, 0)
@@ -357,6 +377,9 @@ class InjectedDrift(Stream):
     population : None
         The wrapped stream's population model no longer describes the
         perturbed data, so it is dropped.
+    notes_ : list of str
+        The wrapped stream's notes, plus one per injector that starts after
+        the last step (no effect) or whose ramp ends after it (partial change).
 
     Notes
     -----
@@ -408,6 +431,9 @@ class InjectedDrift(Stream):
         self.adaptive = stream.adaptive
         self.has_intercept = getattr(stream, "has_intercept", False)
         self.population = None
+        self.task_rule_ = stream.task_rule_
+        self.columns_ = stream.columns_
+        self.notes_ = list(stream.notes_) + [n for n in (i._late(stream.n_steps) for i in self.injectors) if n]
 
     def __getattr__(self, name):
         # Only called for attributes not found normally: delegate to the wrapped stream.

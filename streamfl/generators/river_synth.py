@@ -63,6 +63,39 @@ def _seed_params(cls: type) -> list[str]:
     return [p for p in inspect.signature(cls).parameters if p == "seed" or p.startswith("seed_")]
 
 
+def _effective(cls: type, params: dict) -> dict:
+    """``params`` completed with the generator's defaults for the arguments not given."""
+    out = {k: p.default for k, p in inspect.signature(cls).parameters.items() if p.default is not inspect.Parameter.empty}
+    out.update(params)
+    return out
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not _is_bool(v)
+
+
+def _check_params(cls: type, params: dict) -> None:
+    """Refuse, before drawing, parameter values River accepts but then fails on while drawing."""
+    name, p = cls.__name__, _effective(cls, params)
+    bad = None
+    if name == "ConceptDriftStream":
+        if not (_is_int(p.get("position")) and p["position"] >= 0):
+            bad = f"position must be an int >= 0 (the sample at the middle of the change); got {p.get('position')!r}"
+        elif p.get("alpha") is None and not (_is_int(p.get("width")) and p["width"] >= 1):
+            bad = f"width must be an int >= 1 (the number of samples the change takes); got {p.get('width')!r}"
+    elif name == "Hyperplane":
+        nf, nd = p.get("n_features"), p.get("n_drift_features")
+        if _is_int(nf) and _is_int(nd) and not 0 <= nd <= nf:
+            bad = f"n_drift_features must be between 0 and n_features ({nf}); got {nd!r}"
+    if bad:
+        raise ValueError(f"Invalid params for river.datasets.synth.{name}: {bad}.")
+
+
+def _signature(name: str, params: dict) -> str:
+    """``Name(k=v, ...)`` for messages; nested generators shown by their spec."""
+    return f"{name}(" + ", ".join(f"{k}={v!r}" for k, v in sorted(params.items())) + ")"
+
+
 def _build(cls: type, params: dict, seed: int):
     """Instantiate ``cls(**params)`` with every seed parameter the user did not fix set to ``seed``.
 
@@ -84,9 +117,10 @@ def _build(cls: type, params: dict, seed: int):
         kwargs[key] = value
     for p in _seed_params(cls):
         kwargs.setdefault(p, seed)
+    _check_params(cls, kwargs)
     try:
         return cls(**kwargs)
-    except (TypeError, ValueError, AttributeError) as err:
+    except Exception as err:            # River raises many types for bad arguments
         raise ValueError(f"Invalid params for river.datasets.synth.{cls.__name__}: {err}") from err
 
 
@@ -153,8 +187,13 @@ class RiverSynthStream(Stream):
         drawn samples (default), so generators whose features come in large
         units (Agrawal's salaries) are usable with the same step sizes.
     task : {"least_squares", "logistic", "softmax"} or None
-        ``None`` infers it from the labels: float → "least_squares"; boolean
-        or 2 classes → "logistic"; more classes → "softmax".
+        ``None`` infers it from the labels (``task_rule_`` says how): float
+        → "least_squares"; boolean or 2 classes → "logistic"; more classes →
+        "softmax".
+    standardize_label : bool
+        Z-score a least-squares label with the mean and standard deviation
+        of all drawn labels (ddof=0), so losses are in units of the label's
+        standard deviation squared. Refused for classification.
 
     Attributes
     ----------
@@ -172,14 +211,28 @@ class RiverSynthStream(Stream):
         the samples drawn, as ``"key=value"``.
     client_seeds_ : list of int
         The seed each client's generator got.
+    task_rule_ : str or None
+        How the task was inferred from the labels (``None`` when given).
+    columns_ : list of dict
+        How each feature key (and the label, as column "y") was read:
+        ``{"column", "read_as", "why"}``, ``read_as`` "number", "category" or
+        "label".
+    notes_ : list of str
+        Drift positions (``position`` parameters) that fall after the last
+        sample drawn, so that the stream does not drift there.
+    label_mean_, label_scale_ : float
+        The label's standardisation (0 and 1 unless ``standardize_label``).
 
     Raises
     ------
     ValueError
         For an unknown generator name (listing valid names), params the
-        generator rejects (with River's message), a generator that runs out of
-        samples, a sample missing a feature, or a task that does not fit the
-        labels.
+        generator rejects (with River's message; ConceptDriftStream's
+        ``position`` ≥ 0 and ``width`` ≥ 1 and Hyperplane's
+        ``n_drift_features`` ≤ ``n_features`` are checked before drawing), any
+        error River raises while drawing (one line naming the generator, its
+        params and River's message), a generator that runs out of samples, a
+        sample missing a feature, or a task that does not fit the labels.
 
     Examples
     --------
@@ -204,6 +257,7 @@ class RiverSynthStream(Stream):
         intercept: bool = True,
         task: str | None = None,
         standardize: bool = True,
+        standardize_label: bool = False,
     ):
         owner = "RiverSynthStream"
         cls = _lookup(name)
@@ -218,6 +272,7 @@ class RiverSynthStream(Stream):
         shared_concept = _check_bool(shared_concept, "shared_concept", owner)
         intercept = _check_bool(intercept, "intercept", owner)
         standardize = _check_bool(standardize, "standardize", owner)
+        standardize_label = _check_bool(standardize_label, "standardize_label", owner)
         task = _check_choice(task, "task", owner, _TASKS, allow_none=True)
 
         # ---- draw samples ----------------------------------------------------
@@ -226,7 +281,11 @@ class RiverSynthStream(Stream):
         samples = []
         for s in seeds:
             gen = _build(cls, params, s)
-            got = list(gen.take(per_gen))
+            try:
+                got = list(gen.take(per_gen))
+            except Exception as err:    # River's own failure; say which generator and settings
+                raise ValueError(f"River generator {_signature(cls.__name__, params)} failed while drawing samples: "
+                                 f"{type(err).__name__}: {err}") from None
             if len(got) < per_gen:
                 raise ValueError(
                     f"River generator {cls.__name__} produced only {len(got)} samples but {per_gen} are needed; "
@@ -237,7 +296,7 @@ class RiverSynthStream(Stream):
 
         # ---- features --------------------------------------------------------
         keys = list(dict.fromkeys(k for x, _ in samples for k in x))
-        columns, names = [], []
+        columns, names, report = [], [], []
         for key in keys:
             try:
                 values = [x[key] for x, _ in samples]
@@ -246,11 +305,15 @@ class RiverSynthStream(Stream):
             if all(isinstance(v, numbers.Real) for v in values):  # bools included
                 columns.append(np.asarray(values, dtype=np.float64)[:, None])
                 names.append(str(key))
-            else:
+                why = "booleans, as 0/1" if all(_is_bool(v) for v in values) else "numbers"
+                report.append({"column": str(key), "read_as": "number", "why": why})
+            else:   # the generator emits nominal values (text) for this feature
                 cats = _sorted(set(values))
                 code = {c: i for i, c in enumerate(cats)}
                 columns.append(np.eye(len(cats))[[code[v] for v in values]])
                 names.extend(f"{key}={c}" for c in cats)
+                report.append({"column": str(key), "read_as": "category",
+                               "why": f"the generator's nominal values, one-hot over the {len(cats)} seen (sorted)"})
         if standardize and columns:
             # z-score with the statistics of all drawn samples (River's features
             # come in their own units, e.g. salaries of order 1e5)
@@ -267,14 +330,28 @@ class RiverSynthStream(Stream):
         # ---- labels ----------------------------------------------------------
         labels = [y for _, y in samples]
         kind = self._label_kind(labels, cls.__name__)
+        rule = None
         if task is None:
             task = "least_squares" if kind == "float" else None
+            rule = {"float": "labels are real numbers, so a regression target", "bool": "labels are booleans",
+                    "int": "labels are integers, so classes"}.get(kind, "labels are text, so classes")
         if task == "least_squares":
             if kind == "other":
                 raise ValueError(f"{cls.__name__}'s labels are not numeric, so task='least_squares' does not fit.")
             yflat = np.asarray(labels, dtype=np.float64)
             classes, n_classes = None, 1
+            label_mean, label_scale = 0.0, 1.0
+            if standardize_label:
+                label_mean, label_scale = float(yflat.mean()), float(yflat.std()) or 1.0
+                yflat = (yflat - label_mean) / label_scale
+            report.append({"column": "y", "read_as": "label", "why": "regression target" + (
+                f", z-scored (mean {label_mean:.4g}, standard deviation {label_scale:.4g})" if standardize_label
+                else f" in its own units (mean {yflat.mean():.4g}, standard deviation {yflat.std():.4g})")})
         else:
+            if standardize_label:
+                raise ValueError(f"standardize_label needs a least_squares label; {cls.__name__}'s labels are "
+                                 f"classes.")
+            label_mean, label_scale = 0.0, 1.0
             if kind == "float":
                 raise ValueError(f"{cls.__name__}'s labels are real numbers; use task='least_squares'.")
             seen = _sorted(set(labels))
@@ -295,6 +372,22 @@ class RiverSynthStream(Stream):
             code = {c: i for i, c in enumerate(classes)}
             yflat = np.asarray([code[v] for v in labels], dtype=np.float64)
             n_classes = K if task == "softmax" else 1
+            report.append({"column": "y", "read_as": "label",
+                           "why": f"{K} classes ({', '.join(repr(c) for c in classes[:8])}"
+                                  f"{', ...' if K > 8 else ''}), class k encoded as k"})
+        if rule is not None:
+            rule += f" → {task}"
+
+        # ---- drift the stream is too short to reach ---------------------------
+        notes = []
+        position = _effective(cls, params).get("position")
+        late = [p for p in (position if isinstance(position, (tuple, list)) else [position])
+                if _is_int(p) and p >= per_gen]
+        if late:
+            notes.append(f"{cls.__name__}'s drift position{'s' if len(late) > 1 else ''} "
+                         f"{', '.join(map(str, late))} {'are' if len(late) > 1 else 'is'} at or after sample "
+                         f"{per_gen}, past the last one each generator draws "
+                         f"(T·b{'·M' if shared_concept else ''} = {per_gen}): no drift there")
 
         # ---- arrays ----------------------------------------------------------
         d = Xflat.shape[1]
@@ -318,6 +411,10 @@ class RiverSynthStream(Stream):
         self.classes_ = classes
         self.feature_names_ = names
         self.client_seeds_ = seeds * M if shared_concept else seeds
+        self.task_rule_ = rule
+        self.columns_ = report
+        self.notes_ = notes
+        self.label_mean_, self.label_scale_ = label_mean, label_scale
         self._X = _frozen(np.ascontiguousarray(X))
         self._y = _frozen(np.ascontiguousarray(y))
 

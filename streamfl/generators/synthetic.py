@@ -66,6 +66,11 @@ class SyntheticStream(Stream):
     seed : int
         Seeds everything; the same seed replays the same stream.
 
+    Attributes
+    ----------
+    notes_ : list of str
+        Abrupt drift steps at or after ``n_steps`` (they have no effect).
+
     Examples
     --------
     >>> from streamfl.generators.schedules import Abrupt
@@ -94,6 +99,10 @@ class SyntheticStream(Stream):
         self.drift = sorted(drift, key=lambda s: s.order)
         self.seed = seed
         self.adaptive = any(isinstance(s, Adaptive) for s in self.drift)
+        late = [a for s in self.drift if isinstance(s, Abrupt) for a in s.at if a >= n_steps]
+        self.notes_ = [f"abrupt drift at step{'s' if len(late) > 1 else ''} {', '.join(map(str, late))} "
+                       f"{'come' if len(late) > 1 else 'comes'} after the last step ({n_steps - 1}; steps count "
+                       f"from 0): no effect"] if late else []
         self.n_classes = 1
         if task == "least_squares":
             self.population = LeastSquaresPopulation(n_features, feature_scale=feature_scale, noise=noise)

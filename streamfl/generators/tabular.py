@@ -19,6 +19,7 @@ import functools
 import math
 import numbers
 import os
+import re
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -27,7 +28,7 @@ import pandas as pd
 
 from streamfl.generators.base import Chunk, Stream
 
-__all__ = ["river_dataset_names", "load_river_dataset", "load_table_file", "TableStream"]
+__all__ = ["river_dataset_names", "load_river_dataset", "load_table_file", "time_values", "TableStream"]
 
 _TASKS = ("least_squares", "logistic", "softmax")
 _SPLITS = ("contiguous", "dirichlet", "column")
@@ -214,12 +215,20 @@ def load_river_dataset(name: str) -> tuple[pd.DataFrame, str]:
     return table.copy(), label
 
 
-def load_table_file(path: str | os.PathLike) -> pd.DataFrame:
+def load_table_file(path: str | os.PathLike, thousands: str | None = None) -> pd.DataFrame:
     """Read a table from a CSV (``.csv``, ``.csv.gz``) or Parquet (``.parquet``, ``.pq``) file.
+
+    Columns are typed by the file: Parquet's own types, or for CSV pandas'
+    reading (a column is numeric only if every cell is a number; empty cells
+    and pandas' missing-value markers such as NA, N/A, n/a, null, NaN, None
+    are missing values).
 
     Parameters
     ----------
     path : str or path-like
+    thousands : str or None
+        CSV only: the thousands separator inside numbers (e.g. ``","`` reads
+        ``"1,170.3"`` as 1170.3; such cells must be quoted in the file).
 
     Returns
     -------
@@ -230,7 +239,8 @@ def load_table_file(path: str | os.PathLike) -> pd.DataFrame:
     FileNotFoundError
         If the file does not exist.
     ValueError
-        If the suffix is not one of the above or the file cannot be parsed.
+        If the suffix is not one of the above, the file cannot be parsed, or
+        ``thousands`` is given for a Parquet file.
 
     Examples
     --------
@@ -249,8 +259,10 @@ def load_table_file(path: str | os.PathLike) -> pd.DataFrame:
         raise ValueError(f"Unsupported table file {str(path)!r}; use a .csv, .csv.gz, .parquet or .pq file.")
     if not p.is_file():
         raise FileNotFoundError(f"Table file {str(path)!r} does not exist.")
+    if thousands is not None and kind != "CSV":
+        raise ValueError(f"thousands applies to CSV files only; {str(path)!r} is a Parquet file with typed columns.")
     try:
-        return pd.read_csv(p) if kind == "CSV" else pd.read_parquet(p)
+        return pd.read_csv(p, thousands=thousands) if kind == "CSV" else pd.read_parquet(p)
     except Exception as err:  # parse errors come in many types
         raise ValueError(f"Could not read {str(path)!r} as {kind}: {err}") from err
 
@@ -274,23 +286,113 @@ def _sorted_values(values) -> list:
         return sorted(uniq, key=str)
 
 
-def _encode_column(col: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """Column → (n, k) float array and the k feature names."""
-    name = str(col.name)
-    if pd.api.types.is_bool_dtype(col):
-        return col.to_numpy(dtype=np.float64)[:, None], [name]
-    if pd.api.types.is_datetime64_any_dtype(col) or pd.api.types.is_timedelta64_dtype(col):
-        days = (col - col.min()) / pd.Timedelta(days=1)
-        return days.to_numpy(dtype=np.float64)[:, None], [name]
-    if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_complex_dtype(col):
-        values = col.to_numpy(dtype=np.float64)
-        n_inf = int(np.isinf(values).sum())
-        if n_inf:
-            raise ValueError(f"Column {name!r} has {n_inf} infinite values; drop or clip them before streaming.")
-        return values[:, None], [name]
+_THOUSANDS = re.compile(r"^\s*[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?\s*$")
+
+
+def _is_number(col: pd.Series) -> bool:
+    return (pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)
+            and not pd.api.types.is_complex_dtype(col))
+
+
+def _is_time(col: pd.Series) -> bool:
+    return pd.api.types.is_datetime64_any_dtype(col) or pd.api.types.is_timedelta64_dtype(col)
+
+
+def _plain(value):
+    """A numpy scalar as the Python value (for reports and JSON)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _cell(value) -> str:
+    text = repr(_plain(value))
+    return text if len(text) <= 32 else text[:29] + "..."
+
+
+def _read_text(col: pd.Series) -> tuple[str, str, pd.Series | None]:
+    """How a column of text (or mixed objects) reads as numbers.
+
+    Returns ``(kind, detail, numbers)``: ``kind`` is "number" when every
+    present cell parses as a number (``numbers`` holds them), "thousands"
+    when the cells that do not parse are numbers with thousands separators,
+    "stray" when most cells are numbers but some are other text, "text"
+    otherwise. ``detail`` names the first offending cell by its row,
+    counted from 1 in table order (for a CSV file: the header is line 1, row
+    r is line r + 1).
+    """
+    present = col.notna().to_numpy()
+    try:
+        numbers = pd.to_numeric(col, errors="coerce")
+        parsed = numbers.notna().to_numpy()
+    except (TypeError, ValueError):     # cells pandas cannot even try (lists, dicts)
+        numbers, parsed = None, np.zeros(len(col), dtype=bool)
+    text = present & ~parsed
+    if not text.any():
+        return "number", "", numbers.astype(np.float64)
+    first = int(np.flatnonzero(text)[0])
+    n_text, n_num = int(text.sum()), int((present & parsed).sum())
+    where = f"row {first + 1}: {_cell(col.iloc[first])}"
+    if all(isinstance(v, str) and _THOUSANDS.match(v) for v in col[text]):
+        return "thousands", where, None
+    if n_num <= n_text:
+        return "text", where, None
+    return "stray", f"{n_text} text cell{'s' if n_text > 1 else ''}, {where}", None
+
+
+def _text_problem(kind: str, detail: str) -> str:
+    """Why a text column cannot be a numeric feature, and how to fix it (one phrase)."""
+    if kind == "thousands":
+        return f"numbers written with thousands separators ({detail}); set source.thousands: ','"
+    if kind == "stray":
+        return f"numbers with text among them ({detail}); fix or remove those rows"
+    return f"text ({detail}); list it in categorical to one-hot encode it"
+
+
+def _one_hot(col: pd.Series) -> tuple[np.ndarray, list[str], list]:
+    """A categorical column → (n, K) one-hot float array, the K names ``"col=value"``, the K values.
+
+    The categories are the column's distinct values in sorted order
+    (numbers ascending, text by code point; mixed types by their text).
+    """
     categories = _sorted_values(col.tolist())
-    codes = pd.Categorical(col, categories=categories).codes
-    return np.eye(len(categories))[codes], [f"{name}={c}" for c in categories]
+    onehot = pd.get_dummies(pd.Categorical(col, categories=categories), prefix=str(col.name), prefix_sep="=",
+                            dtype=np.float64)
+    return onehot.to_numpy(), [str(c) for c in onehot.columns], categories
+
+
+def time_values(col: pd.Series) -> pd.Series:
+    """The values a time column orders rows by: numbers, datetimes, or ISO-8601 text parsed as UTC datetimes.
+
+    Raises
+    ------
+    ValueError
+        For booleans, or text that is not an ISO-8601 date or time (naming the
+        first such row, counted from 1).
+
+    Examples
+    --------
+    >>> time_values(pd.Series(["2024-03-01", "2024-02-29T12:00"], name="day")).dt.day.tolist()
+    [1, 29]
+    >>> time_values(pd.Series(["2024-03-01", "1/3/2024"], name="day"))
+    Traceback (most recent call last):
+    ...
+    ValueError: Time column 'day' holds text that is not an ISO-8601 date or time (row 2: '1/3/2024'); write times as numbers or as YYYY-MM-DD[THH:MM:SS].
+    """
+    name = col.name
+    if _is_number(col) or _is_time(col):
+        return col
+    if pd.api.types.is_bool_dtype(col):
+        raise ValueError(f"Time column {name!r} holds booleans; it needs numbers or dates.")
+    parsed = pd.to_datetime(col, utc=True, format="ISO8601", errors="coerce")
+    bad = (parsed.isna() & col.notna()).to_numpy()
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"Time column {name!r} holds text that is not an ISO-8601 date or time "
+                         f"(row {r + 1}: {_cell(col.iloc[r])}); write times as numbers or as YYYY-MM-DD[THH:MM:SS].")
+    return parsed
+
+
+def _column_entry(column, read_as: str, why: str) -> dict:
+    return {"column": str(column), "read_as": read_as, "why": why}
 
 
 class TableStream(Stream):
@@ -309,13 +411,20 @@ class TableStream(Stream):
     label : str
         The label column.
     features : list of str or None
-        Feature columns. ``None`` takes every numeric, boolean or datetime
-        column other than the label, client and time columns; other columns
-        are skipped and listed in ``ignored_columns_``. Named features may be
-        of any type: booleans become 0/1, datetimes become days since the
-        column's earliest value, and non-numeric columns (strings,
-        categories) are one-hot encoded over their sorted values (one column
-        ``"name=value"`` per value).
+        Feature columns. ``None`` takes every numeric, boolean, datetime or
+        ``categorical`` column other than the label, client and time columns;
+        the other (text) columns are dropped and listed, with the reason, in
+        ``columns_`` and ``ignored_columns_``. Numbers are used as they are,
+        booleans become 0/1, datetimes days since the column's earliest value,
+        durations days, and text whose every cell is a number those numbers.
+        A named feature holding other text is refused (``ValueError`` naming
+        the column, the first offending row and its value) unless it is
+        listed in ``categorical``: text is never one-hot encoded unasked.
+    categorical : list of str or None
+        Columns to one-hot encode, one column ``"name=value"`` per distinct
+        value in sorted order (numbers ascending, text by code point; mixed
+        types by their text), with :func:`pandas.get_dummies`. With named
+        ``features`` each must be among them.
     n_clients : int
         M ≥ 1 for the "contiguous" and "dirichlet" splits; ignored by "column".
     split : {"contiguous", "dirichlet", "column"}
@@ -341,9 +450,16 @@ class TableStream(Stream):
     seed : int
         ≥ 0. Seeds the Dirichlet split and the ``prior_shift`` resampling.
     task : {"least_squares", "logistic", "softmax"} or None
-        ``None`` infers it from the label: a numeric (non-boolean) label with
-        more than 10 distinct values is "least_squares"; otherwise the label
-        is a class, with 2 classes "logistic" and more "softmax".
+        ``None`` infers it from the label, and says how in ``task_rule_``: a
+        numeric label with a value that is not a whole number, or with more
+        than 10 distinct whole numbers, is "least_squares"; any other label
+        (booleans, text, at most 10 distinct whole numbers) is a class, with
+        2 classes "logistic" and more "softmax".
+    standardize_label : bool
+        Z-score a least-squares label with its whole-table mean and standard
+        deviation (ddof=0; 1 if constant), so losses are in units of the
+        label's standard deviation squared (``label_mean_``,
+        ``label_scale_``). Refused for classification.
     standardize : bool
         Z-score every encoded feature with the mean and standard deviation
         (ddof=0) of the **whole table** — a look-ahead that is standard in
@@ -376,15 +492,33 @@ class TableStream(Stream):
     feature_names_ : list of str
         Names of the d features (``"intercept"`` last if added).
     ignored_columns_ : list of str
-        Non-numeric columns skipped because ``features=None``.
+        Text columns dropped because ``features=None``.
+    columns_ : list of dict
+        How each column of the table was read, in table order:
+        ``{"column", "read_as", "why"}`` with ``read_as`` one of "number",
+        "time", "category", "label", "client", "dropped" (default features
+        only) or "unused" (not in the named features).
+    task_rule_ : str or None
+        How the task was inferred (``None`` when ``task`` was given).
+    notes_ : list of str
+        One line per thing the stream leaves out: clients with no rows or
+        fewer than b, rows of incomplete last mini-batches, rows beyond
+        ``max_steps``.
+    idle_clients_ : list
+        Ids of clients that never play (no full mini-batch).
+    n_rows_ : int
+        Rows in the table.
+    label_mean_, label_scale_ : float
+        The label's standardisation (0 and 1 unless ``standardize_label``).
     client_ids_ : ndarray
         Client ids (sorted values of ``client_column``), or ``arange(M)``.
     client_rows_ : list of ndarray
         Per client, the positions (in the time-ordered table) of its rows in
         stream order, after ``prior_shift``, before batching.
     n_dropped_ : int
-        Rows lost because a client's last batch was incomplete (fewer than b
-        rows): only full batches are streamed. Always 0 when b = 1.
+        Rows not streamed because a client's last batch was incomplete
+        (fewer than b rows): only full batches are streamed, so that every
+        step's loss is a mean over exactly b samples. Always 0 when b = 1.
     n_truncated_ : int
         Rows beyond ``max_steps``.
     mean_, scale_ : ndarray of shape (d_raw,)
@@ -402,7 +536,11 @@ class TableStream(Stream):
     ------
     ValueError
         For invalid parameters, unknown columns, missing or infinite values,
-        a single-class label, or a table too short for one batch.
+        named features holding text (not listed in ``categorical``), a label
+        of numbers with text among them, a time column that is neither
+        numbers, datetimes nor ISO-8601 text, a single-class label, or a
+        table too short for one batch. Rows are counted from 1 in table
+        order (row r of a CSV file is line r + 1).
 
     Examples
     --------
@@ -437,6 +575,8 @@ class TableStream(Stream):
         intercept: bool = True,
         max_steps: int | None = None,
         prior_shift: dict | None = None,
+        categorical: Sequence[str] | None = None,
+        standardize_label: bool = False,
     ):
         owner = "TableStream"
         if not isinstance(table, pd.DataFrame):
@@ -449,6 +589,7 @@ class TableStream(Stream):
         task = _check_choice(task, "task", owner, _TASKS, allow_none=True)
         standardize = _check_bool(standardize, "standardize", owner)
         intercept = _check_bool(intercept, "intercept", owner)
+        standardize_label = _check_bool(standardize_label, "standardize_label", owner)
         if max_steps is not None:
             max_steps = _check_int(max_steps, "max_steps", owner, 1, "an int >= 1 or None")
         if prior_shift is not None and not isinstance(prior_shift, dict):
@@ -474,44 +615,86 @@ class TableStream(Stream):
         if time_column is not None:
             need(time_column, "time")
         reserved = {label, client_column, time_column} - {None}
-        if features is None:
-            features, ignored = [], []
-            for col in table.columns:
-                if col in reserved:
-                    continue
-                s = table[col]
-                if (pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_complex_dtype(s)) or \
-                        pd.api.types.is_datetime64_any_dtype(s) or pd.api.types.is_timedelta64_dtype(s):
-                    features.append(col)
-                else:
-                    ignored.append(str(col))
-            if not features:
-                raise ValueError(
-                    f"The table has no numeric feature columns besides {sorted(reserved)}; "
-                    f"pass features=[...] to choose some (non-numeric ones are one-hot encoded)."
-                )
-        else:
+        if categorical is None:
+            categorical = []
+        if isinstance(categorical, str) or not hasattr(categorical, "__iter__"):
+            raise _param_error("categorical", owner, "a list of column names or None", categorical)
+        categorical = list(categorical)
+        for col in categorical:
+            need(col, "categorical")
+            if col in reserved:
+                raise ValueError(f"Column {col!r} is the label, client or time column and cannot be categorical.")
+        if features is not None:
             if isinstance(features, str) or not hasattr(features, "__iter__") or len(list(features)) == 0:
                 raise _param_error("features", owner, "a non-empty list of column names or None", features)
             features = list(features)
-            ignored = []
             for col in features:
                 need(col, "feature")
                 if col in reserved:
                     raise ValueError(f"Column {col!r} is the label, client or time column and cannot be a feature.")
             if len(set(features)) != len(features):
                 raise ValueError(f"The feature list {features!r} names a column more than once.")
+            for col in categorical:
+                if col not in features:
+                    raise ValueError(f"Column {col!r} is categorical but not in features; add it to features.")
+
+        # How each feature column is read: number, time, category, or (default features only) dropped.
+        report: dict = {}           # column -> entry, reported in table order
+        readers: dict = {}          # feature column -> ("number" | "time" | "category", numbers or None)
+        for col in (table.columns if features is None else features):
+            if col in reserved:
+                continue
+            s = table[col]
+            if features is not None and col not in features:
+                continue
+            if col in categorical:
+                readers[col] = ("category", None)
+            elif pd.api.types.is_bool_dtype(s):
+                readers[col] = ("number", None)
+                report[col] = _column_entry(col, "number", "booleans, as 0/1")
+            elif _is_number(s):
+                readers[col] = ("number", None)
+                report[col] = _column_entry(col, "number", "numbers")
+            elif _is_time(s):
+                readers[col] = ("time", None)
+                what = "datetimes, as days since the earliest" if pd.api.types.is_datetime64_any_dtype(s) \
+                    else "durations, as days since the shortest"
+                report[col] = _column_entry(col, "time", what)
+            else:
+                kind, detail, numbers = ("text", "complex numbers", None) if pd.api.types.is_complex_dtype(s) \
+                    else _read_text(s)
+                if kind == "number":
+                    readers[col] = ("number", numbers)
+                    report[col] = _column_entry(col, "number", "numbers stored as text")
+                elif features is None:
+                    report[col] = _column_entry(col, "dropped", _text_problem(kind, detail) if detail !=
+                                                "complex numbers" else "complex numbers")
+                elif kind == "text":
+                    raise ValueError(f"Feature column {col!r} holds text ({detail}); list it in categorical to "
+                                     f"one-hot encode it, or leave it out of features.")
+                else:
+                    raise ValueError(f"Feature column {col!r} holds {_text_problem(kind, detail)}" + (
+                        ", or list it in categorical to one-hot encode its values." if kind == "stray" else "."))
+        if not readers:
+            raise ValueError(
+                f"The table has no numeric feature columns besides {sorted(map(str, reserved))}; "
+                f"pass features=[...] to choose some (text columns need to be listed in categorical)."
+            )
+        features = list(readers)
+        ignored = [str(c) for c, e in report.items() if e["read_as"] == "dropped"]
         used = list(dict.fromkeys([*features, label, *(c for c in (client_column, time_column) if c)]))
         for col in used:
-            n_na = int(table[col].isna().sum())
-            if n_na:
-                raise ValueError(f"Column {col!r} has {n_na} missing values; drop or impute them before streaming.")
+            missing = table[col].isna().to_numpy()
+            if missing.any():
+                raise ValueError(f"Column {col!r} has {int(missing.sum())} missing values (first at row "
+                                 f"{int(np.flatnonzero(missing)[0]) + 1}; a CSV's empty cells and NA, N/A, n/a, null, "
+                                 f"NaN, None are missing); drop or impute them before streaming.")
 
         # ---- stream order ----------------------------------------------------
-        data = table[used]
+        data = table[used].reset_index(drop=True)
         if time_column is not None:
-            data = data.sort_values(time_column, kind="stable")
-        data = data.reset_index(drop=True)
+            key = time_values(data[time_column]).reset_index(drop=True)
+            data = data.iloc[np.argsort(key.to_numpy(), kind="stable")].reset_index(drop=True)
         n_rows = len(data)
         if n_rows == 0:
             raise ValueError("The table has no rows.")
@@ -519,7 +702,21 @@ class TableStream(Stream):
         # ---- features --------------------------------------------------------
         blocks, names = [], []
         for col in features:
-            block, block_names = _encode_column(data[col])
+            kind, numbers = readers[col]
+            c = data[col]
+            if kind == "category":
+                block, block_names, cats = _one_hot(c)
+                shown = ", ".join(_cell(v) for v in cats[:8]) + (", ..." if len(cats) > 8 else "")
+                report[col] = _column_entry(col, "category", f"one-hot over its {len(cats)} sorted values ({shown})")
+            elif kind == "time":
+                days = (c - c.min()) / pd.Timedelta(days=1)
+                block, block_names = days.to_numpy(dtype=np.float64)[:, None], [str(col)]
+            else:
+                values = (c if numbers is None else pd.to_numeric(c)).to_numpy(dtype=np.float64)
+                n_inf = int(np.isinf(values).sum())
+                if n_inf:
+                    raise ValueError(f"Column {col!r} has {n_inf} infinite values; drop or clip them before streaming.")
+                block, block_names = values[:, None], [str(col)]
             blocks.append(block)
             names.extend(block_names)
         Xraw = np.concatenate(blocks, axis=1)
@@ -537,17 +734,54 @@ class TableStream(Stream):
         # ---- label -----------------------------------------------------------
         ycol = data[label]
         is_bool = pd.api.types.is_bool_dtype(ycol)
-        is_num = pd.api.types.is_numeric_dtype(ycol) and not is_bool and not pd.api.types.is_complex_dtype(ycol)
+        if _is_time(ycol):
+            raise ValueError(f"Label column {label!r} holds dates or durations; a label needs numbers or classes.")
+        if not (is_bool or _is_number(ycol)):
+            kind, detail, numbers = _read_text(table[label])
+            if kind == "number":
+                ycol = pd.to_numeric(ycol)
+            elif kind != "text":
+                raise ValueError(f"Label column {label!r} holds {_text_problem(kind, detail)}.")
+        is_num = _is_number(ycol)
+        rule = None
         if task is None:
-            task = "least_squares" if is_num and ycol.nunique() > 10 else "classification"
+            if is_bool:
+                task, rule = "classification", f"label {label!r} holds booleans, so 2 classes"
+            elif not is_num:
+                task, rule = "classification", f"label {label!r} holds text, so classes"
+            else:
+                values = ycol.to_numpy(dtype=np.float64)
+                whole = np.isfinite(values) & (values == np.round(values))
+                n_values = int(ycol.nunique())
+                if not whole.all():
+                    r = int(np.flatnonzero(~whole)[0])
+                    task, rule = "least_squares", (f"label {label!r} holds numbers that are not whole "
+                                                   f"(e.g. {_cell(ycol.iloc[r])}), so a regression target")
+                elif n_values > 10:
+                    task, rule = "least_squares", (f"label {label!r} holds {n_values} distinct whole numbers "
+                                                   f"(more than 10), so a regression target")
+                else:
+                    task, rule = "classification", (f"label {label!r} holds {n_values} distinct whole numbers "
+                                                    f"(at most 10), so classes")
+        label_mean, label_scale = 0.0, 1.0
         if task == "least_squares":
             if not (is_num or is_bool):
                 raise ValueError(f"Label column {label!r} is not numeric, so it cannot be used with task='least_squares'.")
             yall = ycol.to_numpy(dtype=np.float64)
             if not np.isfinite(yall).all():
                 raise ValueError(f"Label column {label!r} has {int((~np.isfinite(yall)).sum())} infinite values.")
+            if standardize_label:
+                label_mean, label_scale = float(yall.mean()), float(yall.std())
+                label_scale = label_scale if label_scale > 0 else 1.0
+                yall = (yall - label_mean) / label_scale
             classes, n_classes = None, 1
+            why = "regression target" + (f", z-scored (mean {label_mean:.4g}, standard deviation {label_scale:.4g})"
+                                         if standardize_label else f" in its own units (mean {yall.mean():.4g}, "
+                                                                   f"standard deviation {yall.std():.4g})")
         else:
+            if standardize_label:
+                raise ValueError(f"standardize_label needs a least_squares label; label {label!r} is read as classes"
+                                 + (f" ({rule})" if rule else "") + ".")
             classes = _sorted_values(ycol.tolist())
             K = len(classes)
             if K < 2:
@@ -558,7 +792,12 @@ class TableStream(Stream):
                 raise ValueError(f"task='logistic' needs 2 classes but label column {label!r} has {K}.")
             yall = pd.Categorical(ycol, categories=classes).codes.astype(np.float64)
             n_classes = K if task == "softmax" else 1
+            shown = ", ".join(_cell(v) for v in classes[:8]) + (", ..." if K > 8 else "")
+            why = f"{K} classes ({shown}), class k encoded as k"
             classes = np.asarray(classes)
+        if rule is not None:
+            rule += f" → {task}"
+        report[label] = _column_entry(label, "label", why)
 
         # ---- split -----------------------------------------------------------
         rng_split = np.random.default_rng([seed, 0])
@@ -617,6 +856,46 @@ class TableStream(Stream):
         X[~mask] = 0.0
         y[~mask] = 0.0
 
+        # ---- what was read, dropped and skipped ------------------------------
+        def some(ids) -> str:
+            shown = ", ".join(str(v) for v in ids[:8])
+            return shown + (f", ... ({len(ids) - 8} more)" if len(ids) > 8 else "")
+
+        notes = []
+        empty = [_plain(client_ids[m]) for m in range(M) if lengths[m] == 0]
+        if empty:
+            why = {"contiguous": f"{n_rows} rows in {M} contiguous blocks",
+                   "dirichlet": f"Dirichlet label skew, alpha = {alpha:g}"}.get(split, split)
+            notes.append(f"{len(empty)} of {M} clients {'have' if len(empty) > 1 else 'has'} no rows ({why}) and "
+                         f"never play{'s' if len(empty) == 1 else ''}: client{'s' if len(empty) > 1 else ''} "
+                         f"{some(empty)}")
+        short = [m for m in range(M) if 0 < lengths[m] < b]
+        if short:
+            notes.append(f"{len(short)} client{'s' if len(short) > 1 else ''} with fewer rows than b = {b} never "
+                         f"play{'s' if len(short) == 1 else ''}: "
+                         + some([f"{_plain(client_ids[m])} ({lengths[m]} rows)" for m in short]))
+        if n_dropped:
+            k = int(((lengths % b) > 0).sum())
+            notes.append(f"{n_dropped} row{'s' if n_dropped > 1 else ''} not streamed: the last mini-batch of {k} "
+                         f"client{'s' if k > 1 else ''} had fewer than b = {b} rows (only full mini-batches are "
+                         f"streamed)")
+        if n_truncated:
+            notes.append(f"{n_truncated} rows after step {T} not streamed (steps caps the stream at T = {T})")
+        columns = []
+        for col in table.columns:
+            if col in report:
+                columns.append(report[col])
+            elif col == client_column:
+                columns.append(_column_entry(col, "client", f"client ids, one client per distinct value "
+                                                            f"({len(client_ids)} clients, sorted)"))
+            elif col == time_column:
+                what = "numbers" if _is_number(table[col]) else "datetimes" if _is_time(table[col]) \
+                    else "ISO-8601 text read as UTC datetimes"
+                columns.append(_column_entry(col, "time", f"orders the rows ({what}, ascending; ties keep table "
+                                                          f"order)"))
+            else:
+                columns.append(_column_entry(col, "unused", "not in features"))
+
         # ---- attributes ------------------------------------------------------
         self.n_clients = M
         self.n_features = Xraw.shape[1]
@@ -630,9 +909,15 @@ class TableStream(Stream):
         self.ignored_columns_ = ignored
         self.client_ids_ = client_ids
         self.client_rows_ = client_rows
+        self.n_rows_ = n_rows
         self.n_dropped_ = n_dropped
         self.n_truncated_ = n_truncated
+        self.idle_clients_ = [_plain(client_ids[m]) for m in range(M) if steps[m] == 0]
         self.mean_, self.scale_ = mean, scale
+        self.label_mean_, self.label_scale_ = label_mean, label_scale
+        self.task_rule_ = rule
+        self.columns_ = columns
+        self.notes_ = notes
         self._X = _frozen(X)
         self._y = _frozen(y)
         self._mask = None if mask.all() else _frozen(mask)

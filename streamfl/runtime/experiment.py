@@ -14,14 +14,14 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-from ..config import ExperimentConfig
+from ..config import ExperimentConfig, dump_config
 from ..generators.build import build_stream
 from ..models import StackedLinear, StepSize
 from ..aggregation import FedAvg
 from ..regret import RegretTracker
 from .engine import MAIN, run_stream
+from .header import describe_inputs
 from .learners import Centralized, Federated, RiverClients
 from .sink import MetricsSink
 
@@ -49,19 +49,47 @@ def build_learners(cfg: ExperimentConfig, stream) -> dict:
     return learners
 
 
+def make_dir(path: Path, what: str) -> None:
+    """Create folder ``path`` (and its parents), or raise FileExistsError with one line naming ``what``.
+
+    Raises
+    ------
+    FileExistsError
+        ``path`` or one of its parents is an existing file, or the folder
+        cannot be created (permissions); the message names ``what`` (e.g.
+        ``output.dir``) and the path.
+    """
+    for p in [path, *path.parents]:
+        if p.exists() and not p.is_dir():
+            raise FileExistsError(f"{what}: {p} is an existing file, not a folder; point {what} at a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FileExistsError(f"{what}: cannot create the folder {path}: {e.strerror or e}") from None
+
+
 def new_run_dir(cfg: ExperimentConfig, root: Path | None = None) -> Path:
+    """A new run folder ``<output.dir>/<name>-<timestamp>[-k]`` (created).
+
+    Raises
+    ------
+    FileExistsError
+        ``output.dir`` is an existing file or cannot be created (one line).
+    """
     root = Path(root or cfg.output.dir)
+    make_dir(root, "output.dir")
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     path = root / f"{cfg.name}-{stamp}"
     k = 1
     while path.exists():
         k += 1
         path = root / f"{cfg.name}-{stamp}-{k}"
-    path.mkdir(parents=True)
+    make_dir(path, "output.dir")
     return path
 
 
-def run_experiment(cfg: ExperimentConfig, run_dir: Path | None = None, on_chunk=None, plots: bool | None = None) -> dict:
+def run_experiment(cfg: ExperimentConfig, run_dir: Path | None = None, on_chunk=None, plots: bool | None = None,
+                   stream=None) -> dict:
     """Run one experiment end to end; return the summary dict.
 
     Parameters
@@ -73,22 +101,25 @@ def run_experiment(cfg: ExperimentConfig, run_dir: Path | None = None, on_chunk=
         Live-view hook, called after every chunk.
     plots : bool or None
         Override ``cfg.output.plots``.
+    stream : Stream or None
+        ``build_stream(cfg)`` if the caller has built it already (streams
+        replay identically).
     """
     run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
     fresh = not run_dir.exists() or not any(run_dir.iterdir())
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(run_dir, "--out")
     try:
-        return _run(cfg, run_dir, on_chunk, plots)
+        return _run(cfg, run_dir, on_chunk, plots, stream)
     except BaseException:
         if fresh:                 # a failed run leaves no half-written folder behind
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
 
 
-def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots) -> dict:
-    stream = build_stream(cfg)
+def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> dict:
+    stream = build_stream(cfg) if stream is None else stream
     learners = build_learners(cfg, stream)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
     sink = MetricsSink(run_dir, cfg.output.format)
     tracker = RegretTracker(stream, MAIN, list(learners), radius=cfg.learner.radius, sink=sink,
                             spool_dir=str(run_dir / "spool"), reservoir_size=cfg.reservoir_size, seed=cfg.seed,
@@ -104,7 +135,7 @@ def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots) -> dict:
         "n_steps": tracker.state.t, "tau": cfg.learner.tau, "rounds": learners[MAIN].rounds,
         "elapsed_seconds": elapsed, "samples_per_second": tracker.state.samples / max(elapsed, 1e-9),
         "config": json.loads(cfg.model_dump_json()), "run_dir": str(run_dir),
-        "metrics_file": sink.path.name,
+        "metrics_file": sink.path.name, "inputs": describe_inputs(cfg, stream),
     })
     summary["gaps"] = {name: summary["cum_loss"][MAIN] - v for name, v in summary["cum_loss"].items() if name != MAIN}
     (run_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2))

@@ -32,7 +32,6 @@ deleted at the end unless ``keep_topics``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -42,8 +41,6 @@ import threading
 import time
 import uuid
 from pathlib import Path
-
-import yaml
 
 from ..transport.spec import CONFIG_HEADER, config_fingerprint, kafka_unsupported
 from ..transport.state import create_state_topic, delete_state_topic, resilient_producer, resilient_reader, state_topic
@@ -156,7 +153,8 @@ class KafkaRun:
                  session_timeout: float = 6.0, join_timeout: float = 20.0, producers: int = 1):
         if str(_ROOT) not in sys.path:    # an editable install made before consumers/ existed does not map it
             sys.path.append(str(_ROOT))
-        from .experiment import build_stream, new_run_dir
+        from ..config import dump_config
+        from .experiment import build_stream, make_dir, new_run_dir
         self.cfg, self.broker, self.timeout, self.keep_topics = cfg, broker, float(timeout), keep_topics
         self.session_timeout, self.join_timeout = session_timeout, join_timeout
         self.stream = build_stream(cfg)
@@ -179,9 +177,9 @@ class KafkaRun:
         self.run_id = f"{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.topics = Topics(self.run_id)
         self.run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.config_path = self.run_dir / "config.yaml"
-        self.config_path.write_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
+        make_dir(self.run_dir, "--out")
+        self.config_path = (self.run_dir / "config.yaml").absolute()    # the children run from the repository root
+        self.config_path.write_text(dump_config(cfg))
         self.log_dir = self.run_dir / "logs"
         self.log_dir.mkdir(exist_ok=True)
         create_topics(broker, self.topics, self.P)

@@ -22,7 +22,9 @@ def _fmt(x) -> str:
 class LiveView:
     """Context manager showing a progress bar and a regret table, refreshed per chunk.
 
-    Use ``view(tracker, stream)`` as the engine's ``on_chunk`` hook.
+    Use ``view(tracker, stream)`` as the engine's ``on_chunk`` hook. For a
+    real table the title also counts the rows not streamed (the stream's
+    ``n_dropped_``: incomplete last mini-batches).
     """
 
     def __init__(self, title: str, total_steps: int, console=None, enabled: bool = True):
@@ -32,6 +34,7 @@ class LiveView:
         self.task = self.progress.add_task(title, total=total_steps)
         self.live = Live(Group(self.progress), console=console, refresh_per_second=4, transient=False)
         self.started = time.perf_counter()
+        self.dropped = 0
 
     def __enter__(self):
         if self.enabled:
@@ -45,7 +48,8 @@ class LiveView:
     def table(self, tracker) -> Table:
         st = tracker.state
         rate = st.samples / max(time.perf_counter() - self.started, 1e-9)
-        t = Table(title=f"t = {st.t:,}   samples/s = {rate:,.0f}", expand=False)
+        dropped = f"   rows not streamed = {self.dropped:,}" if self.dropped else ""
+        t = Table(title=f"t = {st.t:,}   samples/s = {rate:,.0f}{dropped}", expand=False)
         t.add_column("learner")
         t.add_column("cum. loss", justify="right")
         t.add_column("avg loss", justify="right")
@@ -72,6 +76,7 @@ class LiveView:
         return Group(t, r, het)
 
     def __call__(self, tracker, stream=None) -> None:
+        self.dropped = int(getattr(stream, "n_dropped_", 0) or 0)
         self.progress.update(self.task, completed=tracker.state.t)
         if self.enabled:
             self.live.update(Group(self.progress, self.table(tracker)))

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from ..config import apply_override, parse_config
+from ..config import apply_override, config_data, parse_config
+from ..generators.build import build_stream
 from .experiment import new_run_dir, run_experiment
+from .header import describe_inputs, header_lines
+
+
+def _folder_part(text: str) -> str:
+    """A sweep value or label as part of one folder name (no separators, no spaces)."""
+    for ch in ("/", "\\", " ", "\0"):
+        text = text.replace(ch, "_")
+    return text.replace("=", "-")
 
 
 def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True) -> dict:
@@ -25,7 +33,7 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True) -> 
     sweep = cfg.sweep
     root = Path(out) if out else new_run_dir(cfg)
     root.mkdir(parents=True, exist_ok=True)
-    base = json.loads(cfg.model_dump_json())
+    base = config_data(cfg)
     base.pop("sweep")
     keys = list(sweep.parameters)
     combos = list(itertools.product(*(range(len(sweep.parameters[k])) for k in keys)))
@@ -40,7 +48,7 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True) -> 
             data = apply_override(data, k, value)
             names = sweep.labels.get(k)
             text = names[i] if names else f"{k.split('.')[-1]}={value}"
-            parts.append(text.replace(" ", "_").replace("=", "-"))
+            parts.append(_folder_part(text))
             if k == "source.clients":
                 M = value
             else:
@@ -50,7 +58,12 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True) -> 
     with Progress(console=console, disable=not live) as progress:
         task = progress.add_task(f"sweep {cfg.name}", total=len(combos))
         for sub, parts, label_parts, M in plan:
-            summary = run_experiment(sub, root / "-".join(parts), plots=False)
+            stream = build_stream(sub)
+            if console is not None:
+                console.print(f"{sub.name}:", highlight=False, soft_wrap=True)
+                for line in header_lines(describe_inputs(sub, stream)):
+                    console.print(f"  {line}", highlight=False, soft_wrap=True)
+            summary = run_experiment(sub, root / "-".join(parts), plots=False, stream=stream)
             df = pd.read_csv(root / "-".join(parts) / summary["metrics_file"], usecols=["t", sweep.metric]) \
                 if summary["metrics_file"].endswith(".csv") else \
                 pd.read_parquet(root / "-".join(parts) / summary["metrics_file"], columns=["t", sweep.metric])

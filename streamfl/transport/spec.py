@@ -13,15 +13,18 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
-from ..config import ExperimentConfig, parse_config
+from ..config import ExperimentConfig, load_config
 from ..models import StepSize
 
 
 def read_config(path: str | Path) -> ExperimentConfig:
-    """Parse a run folder's ``config.yaml`` (ConfigError if invalid)."""
-    return parse_config(yaml.safe_load(Path(path).read_text()) or {})
+    """Read a run's config file as :func:`streamfl.config.load_config` does (ConfigError if invalid).
+
+    A relative ``source.path`` is relative to the config file's folder, as
+    for ``streamfl run``, so every role reads the same table.
+    """
+    return load_config(path)
 
 
 @dataclass(frozen=True)

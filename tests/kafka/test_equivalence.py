@@ -107,3 +107,81 @@ def test_clients_that_sit_out_rounds_are_averaged_as_embedded(tmp_path):
         np.testing.assert_allclose(b[col].to_numpy(), a[col].to_numpy(), rtol=0, atol=1e-9, err_msg=col)
     assert got["samples"] == want["samples"] == 320 + 294 + 402 + 234
     assert got["regret_static"] == pytest.approx(want["regret_static"], abs=1e-9)
+    assert got["inputs"] == want["inputs"]            # the same run header in summary.json
+    assert got["inputs"]["task"] == {"value": "logistic", "source": "inferred",
+                                     "rule": "label 'is_phishing' holds booleans, so 2 classes → logistic"}
+
+
+def test_separate_roles_read_a_file_source_as_the_embedded_run(tmp_path):
+    """The roles started by hand from a temporary folder, with a config whose table path is relative to it:
+    every role reads the same table, the tracker prints the run header, and summary.json equals embedded."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import uuid
+    from pathlib import Path
+
+    from streamfl.config import load_config
+    from streamfl.transport.state import delete_state_topic
+    from streamfl.transport.topics import Topics, delete_topics
+
+    (tmp_path / "exp" / "data").mkdir(parents=True)
+    rng = np.random.default_rng(5)
+    pd.DataFrame({"x": rng.standard_normal(41), "note": ["abc"] * 41, "y": rng.integers(0, 2, 41)}).to_csv(
+        tmp_path / "exp" / "data" / "t.csv", index=False)
+    (tmp_path / "exp" / "run.yaml").write_text(
+        "seed: 3\nsteps: null\nsource: {kind: file, path: data/t.csv, label: y, clients: 2}\n"
+        "learner: {tau: 5, batch_size: 2}\nbaselines: []\noutput: {format: parquet, plots: false}\n")
+    want = run_experiment(load_config(tmp_path / "exp" / "run.yaml"), tmp_path / "embedded", plots=False)
+    run_id = f"roles-file-{uuid.uuid4().hex[:8]}"
+    common = ["--broker", BOOTSTRAP, "--run-id", run_id, "--config", "exp/run.yaml"]
+    root = str(Path(__file__).resolve().parents[2])
+
+    def role(*argv, **kw):
+        return subprocess.Popen([sys.executable, "-m", "streamfl.cli", *argv, *common], cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": root}, text=True, **kw)
+    try:
+        procs = [role(r, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for r in ("aggregate", "worker", "produce")]
+        tracker = role("track", "--out", "kafka", "--timeout", "60", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, errs = tracker.communicate(timeout=180)
+        assert tracker.returncode == 0, errs
+        for p in procs:
+            assert p.wait(60) == 0, p.stderr.read()
+    finally:
+        for p in procs + [tracker]:
+            if p.poll() is None:
+                p.kill()
+        delete_topics(BOOTSTRAP, Topics(run_id))
+        delete_state_topic(BOOTSTRAP, run_id)
+    lines = out.splitlines()
+    assert lines[0] == f"input: file {tmp_path / 'exp' / 'data' / 't.csv'} → T = 10 steps, M = 2 clients, " \
+                       f"d = 2 features, b = 2"
+    assert "note: 1 row not streamed: the last mini-batch of 1 client had fewer than b = 2 rows (only full " \
+           "mini-batches are streamed)" in lines
+    assert "dropped column note: text (row 1: 'abc'); list it in categorical to one-hot encode it" in lines
+    got = json.loads((tmp_path / "kafka" / "summary.json").read_text())
+    assert got["inputs"] == json.loads(json.dumps(want["inputs"]))
+    assert got["regret_static"] == pytest.approx(want["regret_static"], abs=1e-9)
+    assert load_config(tmp_path / "kafka" / "config.yaml") == load_config(tmp_path / "exp" / "run.yaml")
+
+
+def test_run_over_kafka_from_a_temporary_folder_prints_the_header(tmp_path):
+    """`streamfl run --broker` as a user types it, in their own folder, with a relative --out (the worker and
+    producer processes used to look for the relative run folder from the repository root)."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "data.csv").write_text("x1,x2,y\n1,2,0.5\n2,abc,1.5\n3,4,2.5\n4,5,0.5\n5,6,1.5\n6,7,2.5\n")
+    (tmp_path / "exp.yaml").write_text("steps: null\nsource: {kind: file, path: data.csv, label: y, clients: 2}\n"
+                                       "learner: {tau: 2}\nbaselines: [tau1]\noutput: {plots: false}\n")
+    proc = subprocess.run([sys.executable, "-m", "streamfl.cli", "run", "--config", "exp.yaml", "--no-live", "--out",
+                           "run", "--broker", BOOTSTRAP], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[3] == ("dropped column x2: numbers with text among them (1 text cell, row 2: "
+                                           "'abc'); fix or remove those rows")
+    assert proc.stderr.strip() == "note: over Kafka only FedSEA runs; skipping baselines tau1"
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["inputs"]["rows"] == {"read": 6, "streamed": 6, "dropped_incomplete_batches": 0, "beyond_steps": 0}
+    assert summary["n_steps"] == 3 and summary["n_features"] == 2

@@ -1,0 +1,146 @@
+"""The run header: how the input was read, and what was inferred, dropped or skipped.
+
+Nothing the program decides about the user's input is silent. Before the
+live view starts, the CLI prints :func:`header_lines` of
+:func:`describe_inputs`, and ``summary.json`` carries the same dict under
+``"inputs"`` (embedded runs, ``streamfl run --broker`` and the ``streamfl
+track`` role alike). The facts come from the stream's attributes
+(``task_rule_``, ``columns_``, ``notes_``, ``n_dropped_``, …; see
+:class:`streamfl.generators.base.Stream`), so the header says what the
+stream actually did.
+"""
+
+from __future__ import annotations
+
+__all__ = ["describe_inputs", "header_lines"]
+
+#: Order of the column groups in the header.
+READ_AS = ("number", "time", "category", "label", "client", "unused", "dropped")
+
+
+def _source_text(src) -> str:
+    if src.kind == "synthetic":
+        return "synthetic SEA adversary"
+    if src.kind == "river_synth":
+        return f"River generator {src.name}"
+    if src.kind == "river_dataset":
+        return f"River data set {src.name}"
+    return f"file {src.path}"
+
+
+def describe_inputs(cfg, stream) -> dict:
+    """How ``cfg``'s input was read into ``stream``: a JSON-ready dict.
+
+    Parameters
+    ----------
+    cfg : ExperimentConfig
+    stream : Stream
+        ``build_stream(cfg)``.
+
+    Returns
+    -------
+    dict
+        * ``source``: what was read (text);
+        * ``shape``: ``{"n_steps", "n_clients", "n_features", "batch_size"}`` (T, M, d, b);
+        * ``task``: ``{"value", "source", "rule"}``; ``source`` is "config"
+          (written in the config), "default" (the field's default) or
+          "inferred" (then ``rule`` says how);
+        * ``columns``: one ``{"column", "read_as", "why"}`` per input column
+          (real tables and River generators; empty for the synthetic
+          adversary);
+        * ``rows``: for real tables, ``{"read", "streamed",
+          "dropped_incomplete_batches", "beyond_steps"}``, else ``None``;
+        * ``idle_clients``: ids of clients that never play;
+        * ``notes``: one line per thing inferred, dropped or skipped.
+
+    Examples
+    --------
+    >>> from streamfl.config import default_config
+    >>> from streamfl.generators.build import build_stream
+    >>> cfg = default_config()
+    >>> inputs = describe_inputs(cfg, build_stream(cfg))
+    >>> inputs["task"], inputs["notes"]
+    ({'value': 'logistic', 'source': 'config', 'rule': None}, [])
+    """
+    src = cfg.source
+    rule = stream.task_rule_
+    if rule is not None:
+        task = {"value": stream.task, "source": "inferred", "rule": rule}
+    else:
+        task = {"value": stream.task, "source": "config" if "task" in src.model_fields_set else "default",
+                "rule": None}
+    notes = list(stream.notes_)
+    rows = None
+    if hasattr(stream, "n_rows_"):
+        dropped, beyond = int(stream.n_dropped_), int(stream.n_truncated_)
+        rows = {"read": int(stream.n_rows_), "streamed": int(stream.n_rows_) - dropped - beyond,
+                "dropped_incomplete_batches": dropped, "beyond_steps": beyond}
+        if cfg.steps is not None and stream.n_steps < cfg.steps:
+            notes.append(f"the table gives T = {stream.n_steps} steps, fewer than steps: {cfg.steps}")
+    return {
+        "source": _source_text(src),
+        "shape": {"n_steps": int(stream.n_steps), "n_clients": int(stream.n_clients),
+                  "n_features": int(stream.n_features), "batch_size": int(stream.batch_size)},
+        "task": task,
+        "columns": [dict(c) for c in stream.columns_],
+        "rows": rows,
+        "idle_clients": list(getattr(stream, "idle_clients_", [])),
+        "notes": notes,
+    }
+
+
+def _names(names: list[str], limit: int = 12) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+def header_lines(inputs: dict) -> list[str]:
+    """The run header as a few short lines (for the terminal), from :func:`describe_inputs`.
+
+    Columns are grouped by how they were read; each dropped column gets its
+    own line with the reason, and each note a ``note:`` line.
+
+    Examples
+    --------
+    >>> inputs = {"source": "file data.csv", "shape": {"n_steps": 2, "n_clients": 2, "n_features": 2,
+    ...           "batch_size": 2},
+    ...           "task": {"value": "softmax", "source": "inferred", "rule": "label 'y' holds 3 distinct whole "
+    ...                    "numbers (at most 10), so classes → softmax"},
+    ...           "columns": [{"column": "x1", "read_as": "number", "why": "numbers"},
+    ...                       {"column": "x2", "read_as": "dropped", "why": "text (row 2: 'abc')"},
+    ...                       {"column": "y", "read_as": "label", "why": "3 classes"}],
+    ...           "rows": {"read": 5, "streamed": 4, "dropped_incomplete_batches": 1, "beyond_steps": 0},
+    ...           "idle_clients": [], "notes": ["1 row not streamed"]}
+    >>> print("\\n".join(header_lines(inputs)))
+    input: file data.csv → T = 2 steps, M = 2 clients, d = 2 features, b = 2
+    task: softmax, inferred: label 'y' holds 3 distinct whole numbers (at most 10), so classes → softmax
+    columns: number x1 · label y (3 classes)
+    dropped column x2: text (row 2: 'abc')
+    rows: 5 read, 4 streamed
+    note: 1 row not streamed
+    """
+    sh = inputs["shape"]
+    lines = [f"input: {inputs['source']} → T = {sh['n_steps']} steps, M = {sh['n_clients']} clients, "
+             f"d = {sh['n_features']} features, b = {sh['batch_size']}"]
+    t = inputs["task"]
+    lines.append(f"task: {t['value']}, inferred: {t['rule']}" if t["source"] == "inferred"
+                 else f"task: {t['value']} ({'source.task' if t['source'] == 'config' else 'default of source.task'})")
+    groups = []
+    for kind in READ_AS[:-1]:
+        cols = [c for c in inputs["columns"] if c["read_as"] == kind]
+        if not cols:
+            continue
+        if kind == "label":
+            groups.append("label " + ", ".join(f"{c['column']} ({c['why'].split(' (')[0]})" for c in cols))
+        else:
+            groups.append(f"{kind} {_names([c['column'] for c in cols])}")
+    if groups:
+        lines.append("columns: " + " · ".join(groups))
+    for c in inputs["columns"]:
+        if c["read_as"] == "dropped":
+            lines.append(f"dropped column {c['column']}: {c['why']}")
+    rows = inputs.get("rows")
+    if rows:
+        lines.append(f"rows: {rows['read']} read, {rows['streamed']} streamed")
+    lines.extend(f"note: {n}" for n in inputs["notes"])
+    return lines

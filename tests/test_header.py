@@ -1,0 +1,77 @@
+"""The run header: describe_inputs over each kind of source, and its printed lines."""
+
+import pandas as pd
+
+from streamfl.config import parse_config
+from streamfl.generators.build import build_stream
+from streamfl.runtime.header import describe_inputs, header_lines
+
+
+def _inputs(data):
+    cfg = parse_config(data)
+    return describe_inputs(cfg, build_stream(cfg))
+
+
+def test_synthetic_drift_after_the_end_and_the_task_source():
+    inputs = _inputs({"steps": 100, "source": {"kind": "synthetic", "clients": 2, "dim": 3,
+                                                "drift": [{"kind": "abrupt", "at": [50, 100, 5000]}]}})
+    assert inputs["task"] == {"value": "logistic", "source": "default", "rule": None}
+    assert inputs["notes"] == ["abrupt drift at steps 100, 5000 come after the last step (99; steps count from 0): "
+                               "no effect"]
+    assert inputs["columns"] == [] and inputs["rows"] is None
+    assert header_lines(inputs) == [
+        "input: synthetic SEA adversary → T = 100 steps, M = 2 clients, d = 3 features, b = 1",
+        "task: logistic (default of source.task)",
+        "note: abrupt drift at steps 100, 5000 come after the last step (99; steps count from 0): no effect",
+    ]
+
+
+def test_file_source_inputs(tmp_path):
+    path = tmp_path / "t.csv"
+    pd.DataFrame({"x1": range(5), "x2": ["2", "abc", "4", "5", "6"], "y": [0.5, 1.5, 2.5, 0.5, 1.5]}).to_csv(
+        path, index=False)
+    inputs = _inputs({"steps": 10, "source": {"kind": "file", "path": str(path), "label": "y", "clients": 1,
+                                              "standardize_label": True,
+                                              "inject": [{"kind": "covariate_scale", "start": 7, "factor": 2.0}]},
+                      "learner": {"batch_size": 2}})
+    assert inputs["task"] == {"value": "least_squares", "source": "inferred",
+                              "rule": "label 'y' holds numbers that are not whole (e.g. 0.5), so a regression "
+                                      "target → least_squares"}
+    assert [(c["column"], c["read_as"]) for c in inputs["columns"]] == [("x1", "number"), ("x2", "dropped"),
+                                                                        ("y", "label")]
+    assert inputs["rows"] == {"read": 5, "streamed": 4, "dropped_incomplete_batches": 1, "beyond_steps": 0}
+    assert inputs["notes"] == [
+        "1 row not streamed: the last mini-batch of 1 client had fewer than b = 2 rows (only full mini-batches are "
+        "streamed)",
+        "covariate_scale starts at step 7, after the last step (1; steps count from 0): no effect",
+        "the table gives T = 2 steps, fewer than steps: 10",
+    ]
+    lines = header_lines(inputs)
+    assert lines[2] == "columns: number x1 · label y (regression target, z-scored)"
+    assert lines[3] == ("dropped column x2: numbers with text among them (1 text cell, row 2: 'abc'); fix or remove "
+                        "those rows")
+    assert lines[4] == "rows: 5 read, 4 streamed"
+
+
+def test_the_live_view_counts_rows_not_streamed(tmp_path):
+    from rich.console import Console
+
+    from streamfl.runtime.experiment import run_experiment
+    from streamfl.runtime.live import LiveView
+
+    path = tmp_path / "t.csv"
+    pd.DataFrame({"x": range(7), "y": [0, 1, 0, 1, 0, 1, 0]}).to_csv(path, index=False)
+    cfg = parse_config({"steps": None, "source": {"kind": "file", "path": str(path), "label": "y", "clients": 2},
+                        "learner": {"batch_size": 3}, "baselines": [], "output": {"plots": False}})
+    stream = build_stream(cfg)                  # clients of 4 and 3 rows: 1 row left out
+    view = LiveView("t", stream.n_steps, enabled=False)
+    tables = []
+
+    def hook(tracker, s):
+        view(tracker, s)
+        tables.append(view.table(tracker))
+    summary = run_experiment(cfg, tmp_path / "run", on_chunk=hook, stream=stream)
+    console = Console(record=True, width=120)
+    console.print(tables[-1])
+    assert "rows not streamed = 1" in console.export_text()
+    assert summary["inputs"]["rows"]["dropped_incomplete_batches"] == 1
