@@ -43,13 +43,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import yaml
 
 from streamfl.regret import RegretTracker
 from streamfl.runtime.experiment import MAIN, _jsonable
@@ -394,18 +394,20 @@ def main(argv=None) -> int:
     ap.add_argument("--metrics-linger", type=float, default=0.0)
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
+    undo = None
     try:
-        from streamfl.runtime.experiment import build_stream
+        from streamfl.runtime.experiment import build_stream, claim_run_dir
         from streamfl.transport.spec import kafka_unsupported, read_config
         cfg = read_config(args.config)
         stream = build_stream(cfg)
         why = kafka_unsupported(cfg, stream)
         if why:
             raise ValueError(why)
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        out, undo = claim_run_dir(cfg, Path(args.out))
         if not (out / "config.yaml").exists() or not (out / "config.yaml").samefile(args.config):
-            shutil.copyfile(args.config, out / "config.yaml")
+            # the resolved config, as `streamfl run` writes it: a relative source.path of --config is relative to
+            # --config's folder, so a copy of the file in another folder would name another table
+            (out / "config.yaml").write_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
         summary = track(cfg, stream, args.bootstrap, args.run_id, out, timeout=args.timeout,
                         plots=False if args.no_plots else None, metrics_port=args.metrics_port,
                         metrics_linger=args.metrics_linger,
@@ -415,6 +417,8 @@ def main(argv=None) -> int:
                                                        "regret_dynamic", "samples_per_second")}))
         return 0
     except Exception as e:
+        if undo is not None:
+            undo()                 # a failed run leaves no half-written folder behind
         print(f"error: tracker: {e}", file=sys.stderr)
         return 1
 

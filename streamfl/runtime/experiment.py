@@ -50,7 +50,11 @@ def build_learners(cfg: ExperimentConfig, stream) -> dict:
 
 
 def new_run_dir(cfg: ExperimentConfig, root: Path | None = None) -> Path:
-    root = Path(root or cfg.output.dir)
+    """Create and return a fresh ``<root>/<name>-<timestamp>`` folder (absolute path).
+
+    ``root`` defaults to ``cfg.output.dir``; a relative one is relative to the current folder.
+    """
+    root = Path(root or cfg.output.dir).resolve()
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     path = root / f"{cfg.name}-{stamp}"
     k = 1
@@ -61,6 +65,39 @@ def new_run_dir(cfg: ExperimentConfig, root: Path | None = None) -> Path:
     return path
 
 
+def claim_run_dir(cfg: ExperimentConfig, run_dir: Path | None = None):
+    """Create a run's folder; return ``(path, undo)``, ``undo()`` removing what this call created.
+
+    ``path`` is ``run_dir`` (relative to the current folder), or a new
+    ``<output.dir>/<name>-<timestamp>``; it is returned absolute. ``undo``
+    deletes the folder if it was new or empty, then the parent folders this
+    call had to create, as long as they are empty: a failed run leaves
+    nothing behind.
+    """
+    target = Path(run_dir if run_dir else cfg.output.dir).resolve()
+    top = None                      # the top-most folder of target's path that does not exist yet
+    p = target
+    while not p.exists():
+        top, p = p, p.parent
+    path = target if run_dir else new_run_dir(cfg)
+    fresh = not path.exists() or not any(path.iterdir())
+    path.mkdir(parents=True, exist_ok=True)
+
+    def undo() -> None:
+        if fresh:
+            shutil.rmtree(path, ignore_errors=True)
+        if top is not None:
+            p = path.parent
+            while p.is_relative_to(top):
+                try:
+                    p.rmdir()             # only if empty: another run may have put its folder there meanwhile
+                except OSError:
+                    break
+                p = p.parent
+
+    return path, undo
+
+
 def run_experiment(cfg: ExperimentConfig, run_dir: Path | None = None, on_chunk=None, plots: bool | None = None) -> dict:
     """Run one experiment end to end; return the summary dict.
 
@@ -68,20 +105,18 @@ def run_experiment(cfg: ExperimentConfig, run_dir: Path | None = None, on_chunk=
     ----------
     cfg : ExperimentConfig
     run_dir : Path or None
-        Where to write; a fresh ``<output.dir>/<name>-<timestamp>`` by default.
+        Where to write; a fresh ``<output.dir>/<name>-<timestamp>`` by default
+        (see :func:`claim_run_dir`; removed again if the run fails).
     on_chunk : callable(tracker, stream) or None
         Live-view hook, called after every chunk.
     plots : bool or None
         Override ``cfg.output.plots``.
     """
-    run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
-    fresh = not run_dir.exists() or not any(run_dir.iterdir())
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir, undo = claim_run_dir(cfg, run_dir)
     try:
         return _run(cfg, run_dir, on_chunk, plots)
     except BaseException:
-        if fresh:                 # a failed run leaves no half-written folder behind
-            shutil.rmtree(run_dir, ignore_errors=True)
+        undo()                    # a failed run leaves no half-written folder behind
         raise
 
 
