@@ -65,6 +65,7 @@ import time
 import numpy as np
 
 from streamfl.transport.format import FormatError, Global, Update, decode, encode
+from streamfl.transport.spec import code_origin
 from streamfl.transport.state import RestoreStalled, read_to_end
 from streamfl.transport.state import resilient_producer as make_producer
 from streamfl.transport.state import resilient_reader as make_reader
@@ -250,6 +251,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s aggregator %(levelname)s %(message)s", stream=sys.stderr)
+    log.info("code: %s", code_origin(__file__))
     stop = []
     signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
     try:

@@ -394,17 +394,17 @@ def main(argv=None) -> int:
     ap.add_argument("--metrics-linger", type=float, default=0.0)
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
+    undo = None
     try:
-        from streamfl.runtime.experiment import build_stream
         from streamfl.config import dump_config
+        from streamfl.runtime.experiment import build_stream, claim_run_dir
         from streamfl.transport.spec import kafka_unsupported, read_config
         cfg = read_config(args.config)
         stream = build_stream(cfg)
         why = kafka_unsupported(cfg, stream)
         if why:
             raise ValueError(why)
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        out, undo = claim_run_dir(cfg, Path(args.out))
         if not (out / "config.yaml").exists() or not (out / "config.yaml").samefile(args.config):
             (out / "config.yaml").write_text(dump_config(cfg))     # resolved: paths no longer relative
         summary = track(cfg, stream, args.bootstrap, args.run_id, out, timeout=args.timeout,
@@ -416,6 +416,8 @@ def main(argv=None) -> int:
                                                        "regret_dynamic", "samples_per_second")}))
         return 0
     except Exception as e:
+        if undo is not None:
+            undo()                 # a failed run leaves no half-written folder behind
         print(f"error: tracker: {e}", file=sys.stderr)
         return 1
 

@@ -106,7 +106,8 @@ from consumers.aggregator import UPDATES_OFFSET
 from streamfl.models import StackedLinear
 from streamfl.runtime.engine import MAIN, divergence_message
 from streamfl.transport.format import ClientState, Data, FormatError, Global, Loss, Update, decode, encode
-from streamfl.transport.spec import CONFIG_HEADER, ConfigMismatch, LearnerSpec, check_fingerprint, config_fingerprint
+from streamfl.transport.spec import (CONFIG_HEADER, ConfigMismatch, LearnerSpec, check_fingerprint, code_origin,
+                                     config_fingerprint)
 from streamfl.transport.state import (RestoreStalled, StateStore, create_state_topic, read_to_end,
                                       resilient_producer, resilient_reader, send_states)
 from streamfl.transport.topics import FETCH_MAX_WAIT_MS, Topics, clients_of, dead_letter, key_of, quiet_kafka_logs
@@ -696,6 +697,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s worker-{args.worker_id} %(levelname)s %(message)s",
                         stream=sys.stderr)
+    log.info("code: %s", code_origin(__file__))
     worker = None
 
     def on_term(signum, frame):

@@ -52,6 +52,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 
@@ -500,7 +501,8 @@ def main(argv=None) -> int:
             if not args.config:
                 raise ReplayError("--file needs --config (a source.kind: file experiment)")
             cfg = load_config(args.config)
-            cfg = cfg.model_copy(update={"source": cfg.source.model_copy(update={"path": args.file})})
+            path = Path(args.file).resolve()              # --file is relative to the current folder
+            cfg = cfg.model_copy(update={"source": cfg.source.model_copy(update={"path": path})})
             P = args.partitions or 1
             stats = replay_file(args.bootstrap, cfg, args.run_id, P, speed, args.from_offset, ts)
         else:

@@ -23,7 +23,7 @@ import logging
 import sys
 
 from streamfl.transport.format import Data, encode
-from streamfl.transport.spec import CONFIG_HEADER
+from streamfl.transport.spec import CONFIG_HEADER, code_origin
 from streamfl.transport.topics import Topics, key_of, make_producer, partition_for
 
 log = logging.getLogger("streamfl.producer")
@@ -97,6 +97,7 @@ def main(argv=None) -> int:
     ap.add_argument("--share", default="0/1", help="I/N: this is producer I of N (partitions p with p mod N = I)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s producer %(levelname)s %(message)s", stream=sys.stderr)
+    log.info("code: %s", code_origin(__file__))
     try:
         from streamfl.generators.build import build_stream
         from streamfl.transport.spec import config_fingerprint, read_config

@@ -10,14 +10,15 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from .config import ConfigError, config_data, default_config, dump_config, load_config
+# Heavy modules (numpy, numba, scipy, pandas, river, matplotlib) are imported inside the commands, after the
+# config has been validated: a bad config or option is reported in a fraction of a second.
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Streaming federated online learning with live regret (FedSEA and baselines).")
 console = Console()
 err = Console(stderr=True)
 
-USER_ERRORS = (ConfigError, ValueError, FileNotFoundError, FileExistsError, KeyError, UnicodeDecodeError)
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, KeyError, UnicodeDecodeError)
 
 
 def _message(e: Exception) -> str:
@@ -27,15 +28,21 @@ def _message(e: Exception) -> str:
 
 
 def _fail(message: str, code: int = 2):
-    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    _error_line(message)
     raise typer.Exit(code)
+
+
+def _error_line(message: str) -> None:
+    """Print ``error: MESSAGE`` on stderr; the message is text, not rich markup (``[and 1 more]`` stays)."""
+    from rich.markup import escape
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 @app.command()
 def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Experiment file (YAML). Default: the built-in default experiment."),
         out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default: <output.dir>/<name>-<timestamp>)."),
         steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Override the number of steps T."),
-        seed: Optional[int] = typer.Option(None, "--seed", help="Override the seed."),
+        seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Override the seed."),
         live: bool = typer.Option(True, "--live/--no-live", help="Show the live regret view."),
         plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots at the end."),
         broker: Optional[str] = typer.Option(None, "--broker", help="Run FedSEA over this Kafka broker (HOST:PORT) instead of embedded; baselines are skipped."),
@@ -49,11 +56,14 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
                                producers)
     if keep_topics or metrics_port is not None or workers != 1 or producers != 1:
         _fail("--workers, --producers, --keep-topics and --metrics-port need --broker HOST:PORT")
+    try:
+        cfg = _resolve(out, config, steps, seed)
+    except USER_ERRORS as e:
+        _fail(_message(e))
     from .runtime.experiment import run_experiment
     from .runtime.live import LiveView
     from .runtime.sweep import run_sweep
     try:
-        cfg = _resolve(out, config, steps, seed)
         if cfg.sweep is not None:
             result = run_sweep(cfg, out, console=console, live=live)
             console.print(f"[bold green]sweep done[/] → {result['dir']}")
@@ -71,11 +81,22 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
 
 
 def _resolve(out: Optional[Path], config: Optional[Path], steps: Optional[int], seed: Optional[int]):
-    """The experiment of ``run``: the config file (or the default) with --steps/--seed applied."""
+    """The experiment of ``run``: the config file (or the default) with --steps/--seed applied.
+
+    The overrides are validated like the file's fields (a copy with ``model_copy`` would skip validation and
+    let a value the config refuses reach the engine). Only pydantic and yaml are imported here.
+    """
+    from .config import ConfigError, config_data, default_config, load_config, parse_config
     _check_out(out)
     cfg = load_config(config) if config else default_config()
     update = {k: v for k, v in (("steps", steps), ("seed", seed)) if v is not None}
-    return cfg.model_copy(update=update) if update else cfg
+    if not update:
+        return cfg
+    try:
+        return parse_config({**config_data(cfg), **update})
+    except ConfigError as e:
+        given = " ".join(f"--{k} {v}" for k, v in update.items())
+        raise ConfigError(f"{given}: {e}") from None
 
 
 def _print_inputs(cfg, stream) -> None:
@@ -117,12 +138,12 @@ def _print_summary(summary: dict, finished: bool = True):
 @app.command()
 def report(run_dir: Path = typer.Argument(..., help="A finished run folder.")):
     """Render the plots and print the summary of a finished run."""
-    from .report.plots import render_run
     try:
         summary_path = run_dir / "summary.json"
         if not summary_path.is_file():
             raise FileNotFoundError(f"{run_dir} is not a run folder (no summary.json)")
         summary = json.loads(summary_path.read_text())
+        from .report.plots import render_run       # matplotlib: only once the folder is known to be a run's
         paths = render_run(run_dir)
     except USER_ERRORS as e:
         _fail(_message(e))
@@ -141,22 +162,72 @@ def datasets():
 @app.command("default-config")
 def default_config_cmd():
     """Print the default experiment as YAML (a starting point for your own)."""
+    from .config import default_config, dump_config
     console.print(dump_config(default_config()), highlight=False)
 
 
 def main():
-    app()
+    """The ``streamfl`` command. A usage error (bad option value, unknown or missing option) is one line
+    naming the option, e.g. ``error: --seed: Input should be greater than or equal to 0 (got -1)``."""
+    args = sys.argv[1:]
+    try:
+        code = app(args=args, prog_name="streamfl", standalone_mode=False)
+    except Exception as e:
+        if _is(e, "NoArgsIsHelpError"):        # `streamfl` alone: the help, as typer shows it
+            e.show()
+            code = 2
+        elif _is(e, "UsageError"):
+            _error_line(_usage_message(e, args))
+            code = 2
+        elif _is(e, "Abort"):
+            _error_line("aborted")
+            code = 1
+        else:
+            raise
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _is(e: Exception, name: str) -> bool:
+    """``e`` is a click exception of this class name (typer ships its own copy of click's exceptions)."""
+    return any(c.__name__ == name for c in type(e).__mro__)
+
+
+def _usage_message(e, args: list[str]) -> str:
+    """One line for a click usage error: ``--option: what is wrong (got VALUE)``, or click's own sentence."""
+    param = getattr(e, "param", None)
+    if _is(e, "BadParameter") and not _is(e, "MissingParameter") and param is not None:
+        names = [o for o in param.opts if o.startswith("--")] or list(param.opts) or [param.name]
+        value = _given(args, param.opts)
+        got = f" (got {value})" if value is not None and value not in e.message else ""
+        return " ".join(f"{names[0]}: {e.message.rstrip('.')}{got}".split())
+    command = e.ctx.command_path if getattr(e, "ctx", None) is not None else "streamfl"
+    return " ".join(f"{e.format_message().rstrip('.')} (see {command} --help)".split())
+
+
+def _given(args: list[str], opts) -> str | None:
+    """The value given on the command line for an option with names ``opts`` (the last one wins)."""
+    value = None
+    for i, a in enumerate(args):
+        for o in opts:
+            if a == o and i + 1 < len(args):
+                value = args[i + 1]
+            elif a.startswith(o + "="):
+                value = a[len(o) + 1:]
+    return value
 
 
 def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep_topics=False, metrics_port=None,
                     producers=1):
     """``run --broker``: FedSEA over a real Kafka broker (see :mod:`streamfl.runtime.kafka_run`)."""
+    try:
+        cfg = _resolve(out, config, steps, seed)
+    except USER_ERRORS as e:
+        _fail(_message(e))
     from .runtime.experiment import build_stream
     from .runtime.kafka_run import BrokerUnavailable, KafkaRunError, run_kafka_experiment
     from .runtime.live import LiveView
     from .transport.topics import check_broker
     try:
-        cfg = _resolve(out, config, steps, seed)
         check_broker(broker)
         if cfg.baselines:
             err.print(f"note: over Kafka only FedSEA runs; skipping baselines {', '.join(cfg.baselines)}",
@@ -197,7 +268,18 @@ ROLES_HELP = ("Every role of one run needs the same --broker, --run-id and --con
               "start them in any order.")
 
 _BROKER = typer.Option(..., "--broker", help="Kafka bootstrap address HOST:PORT, shared by every role of the run.")
-_RUN_ID = typer.Option(..., "--run-id", help="Run id: 1-64 characters from [A-Za-z0-9_-]; topics are streamfl.<run-id>.*")
+def _run_id_option(value: Optional[str]) -> Optional[str]:
+    """Check a run id option (--run-id, --from-run) before anything else runs."""
+    if value is not None:
+        from .transport.topics import Topics
+        try:
+            Topics(value)
+        except ValueError as e:
+            raise typer.BadParameter(str(e).removeprefix("run id ")) from None
+    return value
+
+
+_RUN_ID = typer.Option(..., "--run-id", callback=_run_id_option, help="Run id: 1-64 characters from [A-Za-z0-9_-]; topics are streamfl.<run-id>.*")
 _CONFIG = typer.Option(..., "--config", "-c", help="The run's experiment config (YAML); the same file for every role.")
 _PARTS = typer.Option(None, "--partitions", min=1, help="P, partitions of the data topic (default M, one per client).")
 
@@ -207,26 +289,23 @@ def _paragraphs(text: str) -> str:
     return "\n\n".join(" ".join(p.split()) for p in text.strip().split("\n\n"))
 
 
-def _roles_path():
-    root = str(Path(__file__).resolve().parents[1])
-    if root not in sys.path:          # an editable install made before consumers/ existed does not map them
-        sys.path.append(root)
-
-
 def _prepare_role(broker: str, run_id: str, config: Optional[Path], partitions: Optional[int]):
     """Validate the shared options, check the broker and create the run's topics if missing.
 
     Returns (cfg, stream, P); exits with a one-line error on a user mistake.
     """
+    from .config import load_config
+    try:
+        cfg = load_config(config) if config is not None else None     # before the heavy imports below
+    except USER_ERRORS as e:
+        _fail(_message(e))
     from .runtime.experiment import build_stream
     from .transport.spec import kafka_unsupported
     from .transport.topics import BrokerUnavailable, Topics, check_broker, ensure_topics
-    _roles_path()
     try:
         topics = Topics(run_id)
-        cfg = stream = None
-        if config is not None:
-            cfg = load_config(config)
+        stream = None
+        if cfg is not None:
             stream = build_stream(cfg)
             why = kafka_unsupported(cfg, stream)
             if why:
@@ -342,10 +421,9 @@ def track(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG,
           metrics_linger: float = typer.Option(0.0, "--metrics-linger", min=0, help="Keep serving metrics this many seconds after the run (so the final values get scraped)."),
           plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots at the end.")):
     cfg, stream, _ = _prepare_role(broker, run_id, config, partitions)
-    from .runtime.experiment import make_dir, new_run_dir
+    from .runtime.experiment import claim_run_dir
     try:
-        out = out or new_run_dir(cfg)
-        make_dir(out, "--out")
+        out, undo = claim_run_dir(cfg, out)       # removed again if the tracker fails
     except USER_ERRORS as e:
         _fail(_message(e))
     _print_inputs(cfg, stream)
@@ -356,7 +434,10 @@ def track(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG,
         argv += ["--metrics-port", str(metrics_port)]
     if not plots:
         argv.append("--no-plots")
-    _exit_with(tracker.main(argv))
+    code = tracker.main(argv)
+    if code:
+        undo()
+    _exit_with(code)
 
 
 @app.command(help=_paragraphs("""Replay a recorded stream into a run's data topic (the producer role, from a recording).
@@ -370,8 +451,8 @@ renumbers the first whole step to t = 1. Pace: --speed max (as fast as possible)
 the record timestamps / time column), k (k× real time). Start the new run's workers, aggregator and
 tracker with `streamfl worker|aggregate|track --run-id NEW_RUN_ID --config ...` as usual."""))
 def replay(broker: str = _BROKER,
-           run_id: str = typer.Option(..., "--run-id", help="The NEW run that receives the records."),
-           from_run: Optional[str] = typer.Option(None, "--from-run", help="Run id of a previous run whose data topic to replay."),
+           run_id: str = typer.Option(..., "--run-id", callback=_run_id_option, help="The NEW run that receives the records."),
+           from_run: Optional[str] = typer.Option(None, "--from-run", callback=_run_id_option, help="Run id of a previous run whose data topic to replay."),
            from_topic: Optional[str] = typer.Option(None, "--from-topic", help="A topic of DATA records to replay."),
            file: Optional[Path] = typer.Option(None, "--file", help="A CSV or Parquet table to replay."),
            config: Optional[Path] = typer.Option(None, "--config", "-c", help="The new run's config; with --file its source (kind: file) says how to read the table."),
@@ -383,7 +464,6 @@ def replay(broker: str = _BROKER,
            from_offset: Optional[int] = typer.Option(None, "--from-offset", min=0, help="Start at this offset (file: skip this many steps)."),
            from_timestamp: Optional[str] = typer.Option(None, "--from-timestamp", help="Start at this time: epoch seconds, epoch ms, or ISO-8601."),
            speed: str = typer.Option("max", "--speed", help="'max', or k > 0 for k× the recorded pace (1 = real time).")):
-    _roles_path()
     from producers.replay import ReplayError, parse_speed, parse_timestamp, replay_file, replay_topic
     from .transport.topics import BrokerUnavailable, Topics
     try:
@@ -429,7 +509,7 @@ def _prepare_topics(broker, run_id, P):
 
 def _file_config(config, file, label, features, client_column, time_column):
     """The experiment config of a --file replay: --config's, or one built from the column options."""
-    from .config import parse_config
+    from .config import config_data, load_config, parse_config
     if config is not None:
         cfg = load_config(config)
         if cfg.source.kind != "file":
@@ -438,7 +518,7 @@ def _file_config(config, file, label, features, client_column, time_column):
     else:
         data = {"baselines": [], "source": {"kind": "file"}}
     src = data["source"]
-    src["path"] = str(file)
+    src["path"] = str(file.resolve())          # --file is relative to the current folder
     if label is not None:
         src["label"] = label
     if features is not None:

@@ -10,6 +10,11 @@ CLI = [sys.executable, "-m", "streamfl.cli"]
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
+def cli(cwd, *argv, timeout=300):
+    """``streamfl ARGV`` as a user runs it: from a folder of their own (``cwd``), not the repository."""
+    return subprocess.run(CLI + list(argv), capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
 def test_run_writes_a_run_folder(tmp_path):
     cfg = tmp_path / "small.yaml"
     cfg.write_text("""
@@ -20,8 +25,7 @@ learner: {tau: 5, step_size: {kind: constant, eta: 0.05}}
 baselines: [tau1, local, centralized, river]
 """)
     out = tmp_path / "run"
-    proc = subprocess.run(CLI + ["run", "--config", str(cfg), "--out", str(out), "--no-live"],
-                          capture_output=True, text=True, timeout=300)
+    proc = cli(tmp_path, "run", "--config", "small.yaml", "--out", "run", "--no-live")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     metrics = pd.read_csv(out / "metrics.csv")
@@ -32,12 +36,14 @@ baselines: [tau1, local, centralized, river]
     for name in ("regret", "regret_over_sqrt_t", "client_losses", "heterogeneity"):
         assert (out / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "static regret" in proc.stdout
+    assert summary["run_dir"] == str(out.resolve())          # stored paths are absolute
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "small.yaml"]
 
 
 def test_bad_config_is_one_line_without_traceback(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("learner: {tau: 0}\n")
-    proc = subprocess.run(CLI + ["run", "--config", str(cfg), "--no-live"], capture_output=True, text=True)
+    proc = cli(tmp_path, "run", "--config", "bad.yaml", "--no-live")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: config error: learner.tau: Input should be greater than or equal to 1 (got 0)"
 
@@ -45,7 +51,7 @@ def test_bad_config_is_one_line_without_traceback(tmp_path):
 def test_unknown_dataset_is_a_clear_error(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("source: {kind: river_dataset, name: Nope}\n")
-    proc = subprocess.run(CLI + ["run", "--config", str(cfg), "--no-live"], capture_output=True, text=True)
+    proc = cli(tmp_path, "run", "--config", "bad.yaml", "--no-live")
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "Nope" in proc.stderr and "Phishing" in proc.stderr
@@ -54,27 +60,29 @@ def test_unknown_dataset_is_a_clear_error(tmp_path):
 def test_out_must_be_a_new_folder(tmp_path):
     existing = tmp_path / "data.csv"
     existing.write_text("x\n")
-    proc = subprocess.run(CLI + ["run", "--out", str(existing), "--no-live"], capture_output=True, text=True)
+    proc = cli(tmp_path, "run", "--out", "data.csv", "--no-live")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "is an existing file" in proc.stderr
-    proc = subprocess.run(CLI + ["run", "--out", str(tmp_path), "--no-live"], capture_output=True, text=True)
+    proc = cli(tmp_path, "run", "--out", ".", "--no-live")
     assert proc.returncode == 2 and "already holds files" in proc.stderr
 
 
 def test_diverging_run_is_one_line(tmp_path):
     cfg = tmp_path / "eta.yaml"
     cfg.write_text("source: {kind: synthetic, task: least_squares}\nlearner: {step_size: {eta: 5}}\nbaselines: []\n")
-    proc = subprocess.run(CLI + ["run", "--config", str(cfg), "--no-live", "--out", str(tmp_path / "r")],
-                          capture_output=True, text=True, timeout=120)
+    proc = cli(tmp_path, "run", "--config", "eta.yaml", "--no-live", "--out", "new/sub/r", timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: learner 'fedsea' diverged at step t=")
     assert "Traceback" not in proc.stderr and "RuntimeWarning" not in proc.stderr
-    assert not (tmp_path / "r").exists()          # no half-written run folder is left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eta.yaml"]   # no half-written run folder, no parents
+    # the same without --out: the run folder under output.dir (here ./runs, created by the run) goes too
+    proc = cli(tmp_path, "run", "--config", "eta.yaml", "--no-live", timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: learner 'fedsea' diverged at step t=")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eta.yaml"]
 
 
 def test_kafka_options_without_broker_are_refused(tmp_path):
-    proc = subprocess.run(CLI + ["run", "--producers", "2", "--no-live", "--out", str(tmp_path / "r")],
-                          capture_output=True, text=True)
+    proc = cli(tmp_path, "run", "--producers", "2", "--no-live", "--out", "r")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == "error: --workers, --producers, --keep-topics and --metrics-port need --broker HOST:PORT"
     assert not (tmp_path / "r").exists()
@@ -83,15 +91,15 @@ def test_kafka_options_without_broker_are_refused(tmp_path):
 def test_producer_share_is_checked_before_contacting_a_broker(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("steps: 5\n")
-    proc = subprocess.run(CLI + ["produce", "--broker", "127.0.0.1:1", "--run-id", "x", "--config", str(cfg),
-                                 "--partitions", "4", "--share", "2/2"], capture_output=True, text=True, timeout=60)
+    proc = cli(tmp_path, "produce", "--broker", "127.0.0.1:1", "--run-id", "x", "--config", "c.yaml",
+               "--partitions", "4", "--share", "2/2", timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == "error: --share must be I/N with 0 ≤ I < N (e.g. 0/2), got '2/2'"
 
 
-def test_replaying_a_run_into_itself_is_refused():
-    proc = subprocess.run(CLI + ["replay", "--broker", "127.0.0.1:1", "--run-id", "r1", "--from-run", "r1",
-                                 "--config", str(EXAMPLES / "default.yaml")], capture_output=True, text=True, timeout=60)
+def test_replaying_a_run_into_itself_is_refused(tmp_path):
+    proc = cli(tmp_path, "replay", "--broker", "127.0.0.1:1", "--run-id", "r1", "--from-run", "r1",
+               "--config", str(EXAMPLES / "default.yaml"), timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "the source is run r1's own data topic" in proc.stderr
 
@@ -193,3 +201,104 @@ def test_out_inside_a_file_is_one_line(tmp_path):
     proc = _cli(tmp_path, "run", "--steps", "5", "--no-live", "--out", "data.csv/run")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: --out: data.csv is an existing file, not a folder; point --out at a folder"
+
+
+def _one_error_line(proc):
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, start, end", [
+    (["run", "--seed", "-1"], "error: --seed: ", "(got -1)"),
+    (["run", "--seed", "abc"], "error: --seed: ", "(got abc)"),
+    (["run", "--steps=0"], "error: --steps: ", "(got 0)"),
+    (["run", "--broker", "127.0.0.1:1", "--workers", "0"], "error: --workers: ", "(got 0)"),
+    (["track", "--broker", "127.0.0.1:1", "--run-id", "r", "--config", "c.yaml", "--metrics-port", "70000"],
+     "error: --metrics-port: ", "(got 70000)"),
+    (["worker", "--broker", "127.0.0.1:1", "--run-id", "a b", "--config", "c.yaml"],
+     "error: --run-id: must be 1-64 characters from [A-Za-z0-9_-], got 'a b'", ""),
+    (["replay", "--broker", "127.0.0.1:1", "--run-id", "r", "--from-run", "x/y"],
+     "error: --from-run: must be 1-64 characters from [A-Za-z0-9_-], got 'x/y'", ""),
+    (["run", "--sed", "1"], "error: No such option: --sed", "(see streamfl run --help)"),
+    (["worker", "--broker", "127.0.0.1:1", "--config", "c.yaml"], "error: Missing option '--run-id'", ""),
+])
+def test_option_errors_are_one_line_naming_the_option(tmp_path, argv, start, end):
+    (tmp_path / "c.yaml").write_text("steps: 5\n")
+    line = _one_error_line(cli(tmp_path, *argv, timeout=60))
+    assert line.startswith(start) and line.endswith(end), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]       # nothing written
+
+
+def test_overrides_are_validated_like_the_config():
+    # --seed -1 used to bypass validation (a copy of the config with the value set) and stop in numpy with
+    # "expected non-negative integer"; the option range catches it first, and the override is validated too.
+    from streamfl.cli import _resolve
+    from streamfl.config import ConfigError
+    with pytest.raises(ConfigError) as e:
+        _resolve(None, None, None, -1)
+    assert str(e.value) == "--seed -1: config error: seed: Input should be greater than or equal to 0 (got -1)"
+    assert _resolve(None, None, 7, 3).model_dump()["steps"] == 7
+
+
+def test_error_text_is_printed_as_is(tmp_path):
+    # the console used to read "[and 2 more]" as markup and drop it
+    (tmp_path / "bad.yaml").write_text("seed: -3\nlearner: {tau: 0, batch_size: 0}\n")
+    line = _one_error_line(cli(tmp_path, "run", "--config", "bad.yaml", "--no-live"))
+    assert line == "error: config error: seed: Input should be greater than or equal to 0 (got -3) [and 2 more]"
+
+
+def test_a_bad_config_is_refused_before_the_heavy_imports(tmp_path):
+    (tmp_path / "bad.yaml").write_text("learner: {tau: 0}\n")
+    code = (
+        "import sys\n"
+        "from streamfl.cli import main\n"
+        "for argv in (['run', '--config', 'bad.yaml'], ['run', '--broker', '127.0.0.1:1', '--config', 'bad.yaml'],\n"
+        "             ['track', '--broker', '127.0.0.1:1', '--run-id', 'r', '--config', 'bad.yaml'],\n"
+        "             ['run', '--seed', '-1'], ['--help']):\n"
+        "    sys.argv = ['streamfl'] + argv\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as e:\n"
+        "        print('exit', e.code)\n"
+        "heavy = ('numpy', 'scipy', 'pandas', 'numba', 'torch', 'river', 'matplotlib', 'pyarrow', 'kafka')\n"
+        "print('heavy', sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    marks = [ln for ln in proc.stdout.splitlines() if ln.startswith(("exit ", "heavy "))]
+    assert marks == ["exit 2", "exit 2", "exit 2", "exit 2", "exit 0", "heavy []"], proc.stdout + proc.stderr
+    assert proc.stderr.count("error: config error: learner.tau: Input should be greater than or equal to 1 (got 0)") == 3
+
+
+def _table(path, rows=120, d=3, seed=5):
+    """A small CSV table: features a, b, c and a binary label y."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, d))
+    y = (X @ np.array([1.0, -2.0, 0.5]) + 0.3 * rng.normal(size=rows) > 0).astype(int)
+    pd.DataFrame({"a": X[:, 0], "b": X[:, 1], "c": X[:, 2], "y": y}).to_csv(path, index=False)
+
+
+def test_relative_paths_resolve_the_same_from_any_folder(tmp_path):
+    """source.path is relative to the config file's folder, output.dir and --out to the current folder."""
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    _table(exp / "table.csv")
+    (exp / "exp.yaml").write_text("name: rel\nsteps: null\nbaselines: []\n"
+                                  "source: {kind: file, path: table.csv, label: y, clients: 3}\n"
+                                  "learner: {tau: 4}\noutput: {dir: results, plots: false, format: parquet}\n")
+    a = cli(tmp_path, "run", "--config", "exp/exp.yaml", "--no-live")
+    assert a.returncode == 0, a.stderr
+    b = cli(exp, "run", "--config", "exp.yaml", "--no-live")
+    assert b.returncode == 0, b.stderr
+    (run_a,) = (tmp_path / "results").iterdir()
+    (run_b,) = (exp / "results").iterdir()
+    sa, sb = (json.loads((r / "summary.json").read_text()) for r in (run_a, run_b))
+    assert sa["run_dir"] == str(run_a.resolve()) and sb["run_dir"] == str(run_b.resolve())
+    assert sa["config"]["source"]["path"] == sb["config"]["source"]["path"] == str((exp / "table.csv").resolve())
+    assert sa["n_steps"] == 40 and sa["samples"] == 120
+    for key in ("regret_static", "regret_dynamic", "cum_loss"):
+        assert sa[key] == sb[key]
+    ma, mb = (pd.read_parquet(r / "metrics.parquet") for r in (run_a, run_b))
+    assert ma.equals(mb)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp", "results"]

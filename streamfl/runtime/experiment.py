@@ -49,6 +49,13 @@ def build_learners(cfg: ExperimentConfig, stream) -> dict:
     return learners
 
 
+def check_folder(path: Path, what: str) -> None:
+    """Raise FileExistsError (one line naming ``what`` and the path as given) if ``path`` or a parent is a file."""
+    for p in [path, *path.parents]:
+        if p.exists() and not p.is_dir():
+            raise FileExistsError(f"{what}: {p} is an existing file, not a folder; point {what} at a folder")
+
+
 def make_dir(path: Path, what: str) -> None:
     """Create folder ``path`` (and its parents), or raise FileExistsError with one line naming ``what``.
 
@@ -59,9 +66,7 @@ def make_dir(path: Path, what: str) -> None:
         cannot be created (permissions); the message names ``what`` (e.g.
         ``output.dir``) and the path.
     """
-    for p in [path, *path.parents]:
-        if p.exists() and not p.is_dir():
-            raise FileExistsError(f"{what}: {p} is an existing file, not a folder; point {what} at a folder")
+    check_folder(path, what)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -69,7 +74,9 @@ def make_dir(path: Path, what: str) -> None:
 
 
 def new_run_dir(cfg: ExperimentConfig, root: Path | None = None) -> Path:
-    """A new run folder ``<output.dir>/<name>-<timestamp>[-k]`` (created).
+    """Create and return a fresh ``<root>/<name>-<timestamp>[-k]`` folder (absolute path).
+
+    ``root`` defaults to ``cfg.output.dir``; a relative one is relative to the current folder.
 
     Raises
     ------
@@ -77,7 +84,8 @@ def new_run_dir(cfg: ExperimentConfig, root: Path | None = None) -> Path:
         ``output.dir`` is an existing file or cannot be created (one line).
     """
     root = Path(root or cfg.output.dir)
-    make_dir(root, "output.dir")
+    make_dir(root, "output.dir")          # the error names the folder as the user wrote it
+    root = root.resolve()
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     path = root / f"{cfg.name}-{stamp}"
     k = 1
@@ -88,6 +96,41 @@ def new_run_dir(cfg: ExperimentConfig, root: Path | None = None) -> Path:
     return path
 
 
+def claim_run_dir(cfg: ExperimentConfig, run_dir: Path | None = None):
+    """Create a run's folder; return ``(path, undo)``, ``undo()`` removing what this call created.
+
+    ``path`` is ``run_dir`` (relative to the current folder), or a new
+    ``<output.dir>/<name>-<timestamp>``; it is returned absolute. ``undo``
+    deletes the folder if it was new or empty, then the parent folders this
+    call had to create, as long as they are empty: a failed run leaves
+    nothing behind.
+    """
+    if run_dir:
+        check_folder(Path(run_dir), "--out")    # the error names the folder as the user wrote it
+    target = Path(run_dir if run_dir else cfg.output.dir).resolve()
+    top = None                      # the top-most folder of target's path that does not exist yet
+    p = target
+    while not p.exists():
+        top, p = p, p.parent
+    path = target if run_dir else new_run_dir(cfg)
+    fresh = not path.exists() or not any(path.iterdir())
+    make_dir(path, "--out")
+
+    def undo() -> None:
+        if fresh:
+            shutil.rmtree(path, ignore_errors=True)
+        if top is not None:
+            p = path.parent
+            while p.is_relative_to(top):
+                try:
+                    p.rmdir()             # only if empty: another run may have put its folder there meanwhile
+                except OSError:
+                    break
+                p = p.parent
+
+    return path, undo
+
+
 def run_experiment(cfg: ExperimentConfig, run_dir: Path | None = None, on_chunk=None, plots: bool | None = None,
                    stream=None) -> dict:
     """Run one experiment end to end; return the summary dict.
@@ -96,7 +139,8 @@ def run_experiment(cfg: ExperimentConfig, run_dir: Path | None = None, on_chunk=
     ----------
     cfg : ExperimentConfig
     run_dir : Path or None
-        Where to write; a fresh ``<output.dir>/<name>-<timestamp>`` by default.
+        Where to write; a fresh ``<output.dir>/<name>-<timestamp>`` by default
+        (see :func:`claim_run_dir`; removed again if the run fails).
     on_chunk : callable(tracker, stream) or None
         Live-view hook, called after every chunk.
     plots : bool or None
@@ -105,14 +149,11 @@ def run_experiment(cfg: ExperimentConfig, run_dir: Path | None = None, on_chunk=
         ``build_stream(cfg)`` if the caller has built it already (streams
         replay identically).
     """
-    run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
-    fresh = not run_dir.exists() or not any(run_dir.iterdir())
-    make_dir(run_dir, "--out")
+    run_dir, undo = claim_run_dir(cfg, run_dir)
     try:
         return _run(cfg, run_dir, on_chunk, plots, stream)
     except BaseException:
-        if fresh:                 # a failed run leaves no half-written folder behind
-            shutil.rmtree(run_dir, ignore_errors=True)
+        undo()                    # a failed run leaves no half-written folder behind
         raise
 
 

@@ -25,9 +25,17 @@ Only FedSEA runs over Kafka: configured baselines are skipped (the summary
 says so under ``transport.skipped_baselines``). Adaptive drift, sweeps and
 ``weighting: samples`` are refused with a ValueError.
 
-Each process logs to ``<run_dir>/logs/<name>.log``. A process that fails stops
-the run with a one-line :class:`KafkaRunError` quoting its error. Topics are
+Each process logs to ``<run_dir>/logs/<name>.log`` (its first line says where
+its code was imported from). A process that fails stops the run with a
+one-line :class:`KafkaRunError` quoting its error, and
+:func:`run_kafka_experiment` removes the run folder it created. Topics are
 deleted at the end unless ``keep_topics``.
+
+The processes run in the caller's working directory and are handed absolute
+paths only (the run folder's ``config.yaml``, whose ``source.path`` is
+absolute); they import the same installed ``streamfl``, ``producers`` and
+``consumers`` as the caller (see :func:`_child_env`), never a source tree
+that happens to be nearby.
 """
 
 from __future__ import annotations
@@ -47,8 +55,6 @@ from ..transport.state import create_state_topic, delete_state_topic, resilient_
 from ..transport.topics import (BrokerUnavailable, Topics, check_broker, create_topics, delete_topics, key_of,
                                 partition_for, quiet_kafka_logs)
 
-_ROOT = Path(__file__).resolve().parents[2]      # the folder holding streamfl/, producers/, consumers/
-
 __all__ = ["BrokerUnavailable", "KafkaRun", "KafkaRunError", "run_kafka_experiment"]
 
 log = logging.getLogger("streamfl.kafka_run")
@@ -58,17 +64,42 @@ class KafkaRunError(RuntimeError):
     """A process of the Kafka run failed; the message is one line for the user."""
 
 
+def _child_env() -> dict:
+    """The environment of a role process: the caller's, so that it imports the caller's code.
+
+    Children start with ``python -P`` (no working directory on ``sys.path``:
+    a folder of the caller named ``consumers`` cannot shadow the installed
+    package). Where the caller imported ``streamfl``, ``producers`` or
+    ``consumers`` from a folder that is not a site-packages directory (a
+    source checkout on ``sys.path``), that folder is put on the child's
+    ``PYTHONPATH``; an installed package needs nothing.
+    """
+    import importlib.util
+    import site
+    sites = {os.path.realpath(p) for p in site.getsitepackages() + [site.getusersitepackages()]}
+    extra = []
+    for name in ("streamfl", "consumers", "producers"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.origin:
+            continue
+        root = os.path.realpath(Path(spec.origin).parents[1])
+        if root not in sites and root not in extra:
+            extra.append(root)
+    env = dict(os.environ)
+    if extra:
+        env["PYTHONPATH"] = os.pathsep.join(extra + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
 class _Child:
-    """A child process with its log file."""
+    """A child process with its log file (``log_dir`` absolute; the child runs in the caller's folder)."""
 
     def __init__(self, name: str, module: str, args: list[str], log_dir: Path):
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self.log = open(self.log_path, "wb")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        self.proc = subprocess.Popen([sys.executable, "-m", module, *args], stdout=self.log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, cwd=str(_ROOT))
+        self.proc = subprocess.Popen([sys.executable, "-P", "-m", module, *args], stdout=self.log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_child_env())
 
     def error_line(self) -> str:
         try:
@@ -151,10 +182,9 @@ class KafkaRun:
     def __init__(self, cfg, broker: str, workers: int = 1, run_dir: Path | None = None, partitions: int | None = None,
                  timeout: float = 60.0, keep_topics: bool = False, hold_at: int | None = None,
                  session_timeout: float = 6.0, join_timeout: float = 20.0, producers: int = 1):
-        if str(_ROOT) not in sys.path:    # an editable install made before consumers/ existed does not map it
-            sys.path.append(str(_ROOT))
         from ..config import dump_config
-        from .experiment import build_stream, make_dir, new_run_dir
+        from .experiment import build_stream, claim_run_dir
+        cfg = _absolute_source(cfg)
         self.cfg, self.broker, self.timeout, self.keep_topics = cfg, broker, float(timeout), keep_topics
         self.session_timeout, self.join_timeout = session_timeout, join_timeout
         self.stream = build_stream(cfg)
@@ -176,14 +206,17 @@ class KafkaRun:
         check_broker(broker)
         self.run_id = f"{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.topics = Topics(self.run_id)
-        self.run_dir = Path(run_dir) if run_dir else new_run_dir(cfg)
-        make_dir(self.run_dir, "--out")
-        self.config_path = (self.run_dir / "config.yaml").absolute()    # the children run from the repository root
-        self.config_path.write_text(dump_config(cfg))
-        self.log_dir = self.run_dir / "logs"
-        self.log_dir.mkdir(exist_ok=True)
-        create_topics(broker, self.topics, self.P)
-        create_state_topic(broker, self.run_id, self.P)
+        self.run_dir, self._undo_run_dir = claim_run_dir(cfg, run_dir)
+        try:
+            self.config_path = self.run_dir / "config.yaml"
+            self.config_path.write_text(dump_config(cfg))
+            self.log_dir = self.run_dir / "logs"
+            self.log_dir.mkdir(exist_ok=True)
+            create_topics(broker, self.topics, self.P)
+            create_state_topic(broker, self.run_id, self.P)
+        except BaseException:
+            self.remove_run_dir()
+            raise
         self.common = ["--bootstrap", broker, "--run-id", self.run_id]
         self.workers: list[_Child] = []
         self.aggregator: _Child | None = None
@@ -354,7 +387,7 @@ class KafkaRun:
         for c in children:
             code = c.proc.poll()
             if code not in (None, 0) and id(c) not in self.killed:
-                raise KafkaRunError(f"{c.name} exited with code {code}: {c.error_line()} (log: {c.log_path})")
+                raise KafkaRunError(f"{c.name} exited with code {code}: {c.error_line()}")
 
     def track(self, on_chunk=None, plots: bool | None = None) -> dict:
         """Run the regret tracker in the foreground until step T; return the summary.
@@ -392,11 +425,24 @@ class KafkaRun:
             delete_topics(self.broker, self.topics)
             delete_state_topic(self.broker, self.run_id)
 
+    def remove_run_dir(self) -> None:
+        """Delete the run folder if this run created it (or found it empty): a failed run leaves nothing behind."""
+        self._undo_run_dir()
+
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _absolute_source(cfg):
+    """``cfg`` with a relative ``source.path`` made absolute against the current folder (where this process reads
+    it), so the run folder's ``config.yaml`` names the same table for every role."""
+    src = cfg.source
+    if getattr(src, "kind", None) == "file" and not src.path.is_absolute():
+        return cfg.model_copy(update={"source": src.model_copy(update={"path": src.path.resolve()})})
+    return cfg
 
 
 def _assigned_partitions(member: dict, topic: str) -> set:
@@ -455,11 +501,21 @@ def run_kafka_experiment(cfg, broker: str, workers: int = 1, run_dir: Path | Non
         Unsupported config, or ``workers``/``partitions`` out of range.
     KafkaRunError
         A child process failed, or the tracker timed out.
+
+    On any error the run folder is removed if this call created it (or found
+    it empty), with the processes' logs: the error message quotes the failing
+    process's error line.
     """
     run = KafkaRun(cfg, broker, workers=workers, run_dir=run_dir, partitions=partitions, timeout=timeout,
                    keep_topics=keep_topics, producers=producers)
     try:
         run.start()
-        return run.track(on_chunk=on_chunk, plots=plots)
-    finally:
-        run.close()
+        summary = run.track(on_chunk=on_chunk, plots=plots)
+    except BaseException:
+        try:
+            run.close()
+        finally:
+            run.remove_run_dir()
+        raise
+    run.close()
+    return summary

@@ -8,8 +8,17 @@
 The processes themselves live in the top-level packages ``producers``
 (the stream producer) and ``consumers`` (workers, aggregator, tracker); the
 orchestration is :mod:`streamfl.runtime.kafka_run`.
+
+The names below are loaded on first use, so that importing
+:mod:`streamfl.transport.topics` (e.g. to check a ``--run-id``) does not
+import numpy.
 """
 
-from .format import Data, FormatError, Global, Loss, MsgType, Update, decode, encode
-
 __all__ = ["Data", "FormatError", "Global", "Loss", "MsgType", "Update", "decode", "encode"]
+
+
+def __getattr__(name):
+    if name in __all__:
+        from . import format
+        return getattr(format, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

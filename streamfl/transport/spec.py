@@ -8,23 +8,45 @@ stream from it, so nothing but numbers travels over Kafka.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
 
-from ..config import ExperimentConfig, load_config
-from ..models import StepSize
+if TYPE_CHECKING:      # spec is imported by every role, the aggregator too: it stays free of numpy and pydantic
+    from ..config import ExperimentConfig
+    from ..models import StepSize
 
 
 def read_config(path: str | Path) -> ExperimentConfig:
-    """Read a run's config file as :func:`streamfl.config.load_config` does (ConfigError if invalid).
+    """Read a role's config file (``--config``, or a run folder's ``config.yaml``) as ``streamfl run`` does.
 
-    A relative ``source.path`` is relative to the config file's folder, as
-    for ``streamfl run``, so every role reads the same table.
+    Same rules as :func:`streamfl.config.load_config`, so every role of a run
+    reads the same table: a relative ``source.path`` is relative to the config
+    file's folder, whatever the role's working directory.
+
+    Raises
+    ------
+    ConfigError
+        The file is missing, is not YAML, or a field is invalid.
     """
+    from ..config import load_config
     return load_config(path)
+
+
+def code_origin(role_file: str) -> str:
+    """Where a role process imported its code from, for the first line of its log.
+
+    ``role_file`` is the role module's ``__file__``; the answer names it and
+    the folder of the ``streamfl`` package, e.g. ``/venv/.../site-packages/
+    consumers/worker.py, streamfl from /venv/.../site-packages/streamfl``.
+    """
+    import streamfl
+    return f"{Path(role_file).resolve()}, streamfl from {Path(streamfl.__file__).resolve().parent}"
 
 
 @dataclass(frozen=True)
@@ -61,6 +83,7 @@ class LearnerSpec:
 
 def learner_spec(cfg: ExperimentConfig, stream) -> LearnerSpec:
     """The :class:`LearnerSpec` of ``cfg`` on its ``stream`` (as :func:`build_learners` builds FedSEA)."""
+    from ..models import StepSize
     lc = cfg.learner
     eta = StepSize(lc.step_size.kind, lc.step_size.eta, lc.step_size.mu, lc.step_size.t0)
     return LearnerSpec(stream.n_clients, stream.n_features, stream.n_classes, stream.n_steps, stream.task,
@@ -93,12 +116,35 @@ def config_fingerprint(cfg: ExperimentConfig, learner: bool = False) -> bytes:
     config file than the one that produced a record would otherwise compute
     silently wrong numbers (streams are regenerated from the config);
     :func:`check_fingerprint` stops it instead. Output settings and the name
-    may differ between roles.
+    may differ between roles. A ``file`` source counts by the SHA-256 of the
+    table's bytes, not by its path, so roles on machines that keep the table
+    in different folders agree, and roles reading different tables do not.
     """
-    parts = {"seed": cfg.seed, "steps": cfg.steps, "source": cfg.source.model_dump(mode="json")}
+    source = cfg.source.model_dump(mode="json")
+    if source.get("kind") == "file":                 # the table's content, not where this machine keeps it
+        source["path"] = _file_digest(cfg.source.path)
+    parts = {"seed": cfg.seed, "steps": cfg.steps, "source": source}
     if learner:
         parts["learner"] = cfg.learner.model_dump(mode="json")
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16].encode()
+
+
+def _file_digest(path: Path) -> str:
+    """``sha256:<hex>`` of a file's bytes (the path itself if it cannot be read: the role fails on it later)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return str(path)
+    return _digest(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
 
 
 def check_fingerprint(headers, want: bytes, what: str) -> None:

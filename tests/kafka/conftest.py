@@ -1,11 +1,5 @@
-"""Make the top-level ``producers`` and ``consumers`` packages importable from a plain ``pytest`` run."""
-
-import sys
-from pathlib import Path
-
-ROOT = str(Path(__file__).resolve().parents[2])
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+"""Helpers of the Kafka tests. ``streamfl``, ``producers`` and ``consumers`` are imported as installed
+(``pip install -e .``), never from the source tree by path."""
 
 
 # ---- helpers of the fault-tolerance tests (tests/kafka/test_faults.py) ----------------------------------

@@ -167,13 +167,13 @@ def test_a_diverging_learner_is_named_with_its_step_over_kafka(tmp_path):
     assert str(embedded.value).startswith("learner 'fedsea' diverged at step t=")
     assert str(embedded.value) in str(kafka.value)          # same step, same advice
     assert "malformed" not in str(kafka.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # both failed runs removed their folders (and logs)
 
 
-def _role(*argv, timeout=90):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+def _role(cwd, *argv, timeout=90):
+    """A role command as a user runs it, from their own folder."""
     return subprocess.run([sys.executable, "-m", "streamfl.cli", *argv], capture_output=True, text=True,
-                          env=env, cwd=str(ROOT), timeout=timeout)
+                          cwd=cwd, timeout=timeout)
 
 
 @needs_broker
@@ -194,8 +194,8 @@ def test_roles_with_another_config_stop_instead_of_computing_wrong_numbers(tmp_p
     run_id = f"mismatch-{uuid.uuid4().hex[:8]}"
     common = ["--broker", BOOTSTRAP, "--run-id", run_id]
     try:
-        assert _role("produce", *common, "--config", str(a)).returncode == 0
-        res = _role("worker", *common, "--config", str(b), "--timeout", "30")
+        assert _role(tmp_path, "produce", *common, "--config", "a.yaml").returncode == 0
+        res = _role(tmp_path, "worker", *common, "--config", "b.yaml", "--timeout", "30")
         assert res.returncode == 1, res.stderr
         assert "was produced from another config" in res.stderr and "Traceback" not in res.stderr
     finally:
@@ -208,10 +208,11 @@ def test_roles_with_another_config_stop_instead_of_computing_wrong_numbers(tmp_p
     summary = run_kafka_experiment(cfg, BOOTSTRAP, run_dir=tmp_path / "run", plots=False, timeout=30, keep_topics=True)
     old = summary["transport"]["run_id"]
     try:
-        res = _role("track", "--broker", BOOTSTRAP, "--run-id", old, "--config", str(b), "--out", str(tmp_path / "t"),
+        res = _role(tmp_path, "track", "--broker", BOOTSTRAP, "--run-id", old, "--config", "b.yaml", "--out", "t",
                     "--timeout", "20")
         assert res.returncode != 0
         assert "LOSS record at offset 0 was produced from another config" in res.stderr, res.stderr
+        assert not (tmp_path / "t").exists()                  # the failed tracker removed its run folder
     finally:
         delete_topics(BOOTSTRAP, Topics(old))
         delete_state_topic(BOOTSTRAP, old)

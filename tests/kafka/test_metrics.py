@@ -11,7 +11,6 @@ import threading
 import time
 import urllib.request
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
@@ -24,7 +23,6 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from streamfl.transport.topics import Topics, delete_topics  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 NAMES = {"streamfl_regret", "streamfl_cumulative_loss", "streamfl_step", "streamfl_rounds",
          "streamfl_samples_per_second", "streamfl_loss_consumer_lag", "streamfl_round_latency_seconds",
          "streamfl_dead_letters", "streamfl_finished"}
@@ -55,9 +53,7 @@ def test_tracker_serves_prometheus_metrics(tmp_path):
     cfg_path = tmp_path / "cfg.yaml"
     cfg_path.write_text(yaml.safe_dump(data))
     run_id = f"test-metrics-{uuid.uuid4().hex[:8]}"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]]
-                                                                      if os.environ.get("PYTHONPATH") else [])))
-    common = ["--broker", BOOTSTRAP, "--run-id", run_id, "--config", str(cfg_path)]
+    common = ["--broker", BOOTSTRAP, "--run-id", run_id, "--config", "cfg.yaml"]     # relative: cwd is tmp_path
     metrics = TrackerMetrics(0, run_id, addr="127.0.0.1")
     during, stop = [], threading.Event()
 
@@ -77,7 +73,7 @@ def test_tracker_serves_prometheus_metrics(tmp_path):
         thread.start()
         with open(tmp_path / "roles.log", "wb") as log:
             procs = [subprocess.Popen([sys.executable, "-m", "streamfl.cli", role, *common], stdout=log,
-                                      stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
+                                      stderr=subprocess.STDOUT, cwd=tmp_path)
                      for role in ("aggregate", "worker", "produce")]
             out = tmp_path / "run"
             out.mkdir()

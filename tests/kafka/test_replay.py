@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -25,7 +24,6 @@ from streamfl.transport.format import Data, decode, encode  # noqa: E402
 from streamfl.transport.topics import (Topics, create_topics, delete_topics, ensure_topics,  # noqa: E402
                                        make_producer, quiet_kafka_logs)
 
-ROOT = Path(__file__).resolve().parents[2]
 quiet_kafka_logs()
 
 
@@ -103,11 +101,10 @@ def test_replay_pacing_is_k_times_real_time_and_start_points_renumber(recorded):
             delete_topics(BOOTSTRAP, dst)
 
 
-def _cli(*argv, log):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+def _cli(*argv, log, cwd):
+    """A role command as a user runs it, from their own folder."""
     return subprocess.Popen([sys.executable, "-m", "streamfl.cli", *argv], stdout=log, stderr=subprocess.STDOUT,
-                            env=env, cwd=str(ROOT))
+                            cwd=cwd)
 
 
 def test_replayed_run_with_another_step_size_sees_the_same_stream(tmp_path):
@@ -142,9 +139,10 @@ def test_replayed_run_with_another_step_size_sees_the_same_stream(tmp_path):
 
         cfg_path = tmp_path / "b.yaml"
         cfg_path.write_text(yaml.safe_dump(base))
-        common = ["--broker", BOOTSTRAP, "--run-id", b.run_id, "--config", str(cfg_path)]
+        common = ["--broker", BOOTSTRAP, "--run-id", b.run_id, "--config", "b.yaml"]
         with open(tmp_path / "roles.log", "wb") as log:
-            procs = [_cli("aggregate", *common, log=log), _cli("worker", *common, "--timeout", "60", log=log)]
+            procs = [_cli("aggregate", *common, log=log, cwd=tmp_path),
+                     _cli("worker", *common, "--timeout", "60", log=log, cwd=tmp_path)]
             out = tmp_path / "b"
             out.mkdir()
             (out / "config.yaml").write_text(cfg_path.read_text())
