@@ -45,6 +45,9 @@ def build_learners(cfg: ExperimentConfig, stream) -> dict:
         elif name == "centralized":
             learners[name] = Centralized(M, d, task, eta, K, lc.radius)
         elif name == "river":
+            if lc.radius is not None:
+                raise ValueError(f"baselines: river cannot be compared with learner.radius = {lc.radius}: River's "
+                                 f"models have no projection onto the ball; drop river from baselines or the radius")
             learners[name] = RiverClients(M, d, task, eta, K)
     return learners
 
