@@ -737,15 +737,16 @@ def _client_losses_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         end = ends[m]
         keep = t <= end
         tt, yy = t[keep], y[keep]
-        if end < T:                      # the exact end point, even when thinning skipped it
-            row = df[df["t"] == end].iloc[-1]
+        at_end = df[df["t"] == end]
+        if end < T and len(at_end):      # the exact end point, even when thinning skipped it
+            row = at_end.iloc[-1]
             y_end = float(row[avg]) if avg in df else float(row[col]) / end
             tt, yy = np.r_[tt[tt < end], end], np.r_[yy[tt < end], y_end]
             ended.append((end, y_end))
         values.append(yy)
         colour = palette(i / max(1, len(shown) - 1) * 0.9)
         ax.plot(tt, yy, color=colour, linewidth=0.8, alpha=0.75, label=f"client {m}" if individual else None)
-        if end < T:
+        if end < T and len(at_end):
             ax.plot([end], [y_end], linestyle="none", marker="x", color=colour, markersize=7, markeredgewidth=1.6,
                     zorder=6)
     if shown and not individual:
@@ -769,7 +770,9 @@ def _client_losses_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
             pad = 0.05 * (hi - lo) if hi > lo else max(abs(hi), 1.0) * 0.1
             ax.set_ylim(lo - pad, hi + pad)
     if len(t):
-        ax.set_xlim(float(t.min()), max(float(t.max()), float(t.min()) + 1))
+        lo, hi = float(t.min()), max(float(t.max()), float(t.min()) + 1)
+        pad = 0.015 * (hi - lo)          # end crosses at the first or last step stay off the spines
+        ax.set_xlim(lo - pad, hi + pad)
         _draw_drift(ax, summary, float(t.min()), float(t.max()))
     ax.set_xlabel("step t")
     ax.set_ylabel(f"running average loss ({units}{', log scale' if ax.get_yscale() == 'log' else ''})")

@@ -28,7 +28,7 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plo
     """
     from rich.progress import Progress
 
-    from ..report.plots import render_run, render_sweep
+    from ..report.plots import render_sweep
 
     sweep = cfg.sweep
     plots = cfg.output.plots if plots is None else plots
@@ -61,9 +61,7 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plo
         task = progress.add_task(f"sweep {cfg.name}", total=len(combos))
         for sub, parts, label_parts, M in plan:
             run_dir = root / "-".join(parts)
-            summary = run_experiment(sub, run_dir, plots=False)
-            if plots:
-                render_run(run_dir)
+            summary = run_experiment(sub, run_dir, plots=plots)
             final = summary.get(sweep.metric)
             M = M or summary["n_clients"]
             label = ", ".join(label_parts) or cfg.name
