@@ -214,8 +214,8 @@ def test_every_time_axis_marks_injected_and_synthetic_drift(build):
     fig = build(df, _with_injected_drift(summary))
     spans = [p for ax in fig.axes for p in ax.patches if isinstance(p, Rectangle) and not (p.get_label() or "_").startswith("_")]
     labels = sorted(p.get_label() for p in spans)
-    assert labels == ["injected covariate rotation by 1.5 rad (ramp over t = 201–301, then held)",
-                      "injected label flip, 25% of labels (t ≥ 451)"]
+    assert labels == ["injected covariate rotation 1.5 rad, t = 201–301 then held",
+                      "injected label flip (25% of labels), t ≥ 451"]
     flip = next(p for p in spans if "label flip" in p.get_label())
     assert flip.get_hatch() == "//"
     assert "abrupt drift switch" in _legend_texts(fig)

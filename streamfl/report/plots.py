@@ -272,7 +272,7 @@ def _injected_windows(summary: Mapping | None) -> list[tuple[float, float | None
     ``end`` is missing). Anything malformed is ignored.
 
     >>> _injected_windows({"config": {"source": {"inject": [{"kind": "label_flip", "start": 4500, "fraction": 0.25}]}}})
-    [(4501.0, None, 'injected label flip, 25% of labels (t ≥ 4,501)', 'label_flip')]
+    [(4501.0, None, 'injected label flip (25% of labels), t ≥ 4,501', 'label_flip')]
     """
     source = _config(summary).get("source")
     items = source.get("inject") if isinstance(source, dict) else None
@@ -289,16 +289,16 @@ def _injected_windows(summary: Mapping | None) -> list[tuple[float, float | None
         lo = start + 1
         if kind in ("covariate_rotation", "covariate_scale"):
             hi = end + 1 if np.isfinite(end) else lo
-            what = (f"rotation by {_fmt(item.get('angle'))} rad" if kind == "covariate_rotation"
+            what = (f"rotation {_fmt(item.get('angle'))} rad" if kind == "covariate_rotation"
                     else f"scale ×{_fmt(item.get('factor'))}")
-            when = f"at t = {int(lo):,}" if hi <= lo else f"ramp over t = {int(lo):,}–{int(hi):,}"
-            out.append((lo, max(hi, lo), f"injected covariate {what} ({when}, then held)", kind))
+            when = f"at t = {int(lo):,}" if hi <= lo else f"t = {int(lo):,}–{int(hi):,}"
+            out.append((lo, max(hi, lo), f"injected covariate {what}, {when} then held", kind))
         elif kind == "label_flip":
             hi = end if np.isfinite(end) else None
             frac = _num(item.get("fraction", 1.0))
             share = "all labels" if frac == 1 else f"{frac:.0%} of labels"
             when = f"t ≥ {int(lo):,}" if hi is None else f"t = {int(lo):,}–{int(hi):,}"
-            out.append((lo, hi, f"injected label flip, {share} ({when})", kind))
+            out.append((lo, hi, f"injected label flip ({share}), {when}", kind))
     return out
 
 
@@ -450,6 +450,13 @@ def _span(values: Sequence[np.ndarray]) -> float:
     return float(finite.max() - finite.min()) if finite.size else 0.0
 
 
+def _exact_label(summary: Mapping) -> str:
+    """Legend label of the exact static checkpoints (the curve itself is exact for least squares)."""
+    if "sufficient statistics" in str(summary.get("regret_static_method", "")):
+        return "static, exact at checkpoints"
+    return "static, exact (end-of-run solver)"
+
+
 def _checkpoints(summary: Mapping | None) -> tuple[np.ndarray, np.ndarray]:
     pts = []
     for item in (summary or {}).get("static_checkpoints") or []:
@@ -543,10 +550,8 @@ def _regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         shown = f"{label}, {notes[label][1]}" if label in notes else label
         top.plot(t, thin[col].to_numpy(dtype=float), color=colour, linewidth=1.8, label=shown, zorder=3, **mark)
     if len(ck_t):
-        exact = ("static, exact at checkpoints" if "sufficient statistics" in str(summary.get("regret_static_method", ""))
-                 else "static, exact (end-of-run solver)")
         top.plot(ck_t, ck_r, linestyle="none", marker="o", markersize=5.5, markerfacecolor="white",
-                 markeredgecolor="#1f77b4", markeredgewidth=1.6, label=exact, zorder=4)
+                 markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4)
     if not comps and not len(ck_t):
         top.text(0.5, 0.5, "no regret series available", transform=top.transAxes,
                  ha="center", va="center", color="0.4")
@@ -642,7 +647,7 @@ def _regret_over_sqrt_t_figure(df: pd.DataFrame, summary: Mapping | None) -> Fig
         drawn += 1
     if len(ck_t):
         ax.plot(ck_t, ck_r / np.sqrt(ck_t), linestyle="none", marker="o", markersize=5.5, markerfacecolor="white",
-                markeredgecolor="#1f77b4", markeredgewidth=1.6, label="static, exact (end-of-run solver)", zorder=4)
+                markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4)
         drawn += 1
     if len(t):
         _draw_drift(ax, summary, float(t.min()), float(t.max()))
