@@ -28,7 +28,14 @@ from .sink import MetricsSink
 
 
 def build_learners(cfg: ExperimentConfig, stream) -> dict:
-    """FedSEA plus the configured baselines, all on the same stream."""
+    """FedSEA plus the configured baselines, all on the same stream.
+
+    Raises
+    ------
+    ValueError
+        For the ``river`` baseline with ``learner.radius``: River's models
+        have no projection, so they would not be the local-only learner.
+    """
     lc = cfg.learner
     eta = StepSize(lc.step_size.kind, lc.step_size.eta, lc.step_size.mu, lc.step_size.t0)
     M, d, task, K = stream.n_clients, stream.n_features, stream.task, stream.n_classes
