@@ -65,9 +65,10 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
     from .runtime.sweep import run_sweep
     try:
         if cfg.sweep is not None:
-            result = run_sweep(cfg, out, console=console, live=live)
+            result = run_sweep(cfg, out, console=console, live=live, plots=plots and cfg.output.plots)
             console.print(f"[bold green]sweep done[/] → {result['dir']}")
-            console.print(f"comparison plot: {result['plot']}")
+            if result["plot"]:
+                console.print(f"comparison plot: {result['plot']}")
             return
         from .runtime.experiment import build_stream
         stream = build_stream(cfg)
@@ -126,22 +127,34 @@ def _print_summary(summary: dict, finished: bool = True):
     console.print(f"T = {summary['n_steps']}, M = {summary['n_clients']}, τ = {tau}, rounds = {summary['rounds']}")
     console.print(f"static regret: {summary['regret_static']:.4f}  [dim]({summary['regret_static_method']})[/dim]")
     for key in ("regret_expected", "regret_dynamic"):
-        v = summary.get(key)
+        v, method = summary.get(key), summary.get(f"{key}_method")
+        how = f"  [dim]({method})[/dim]" if method else ""
         if v is not None and v == v:
-            console.print(f"{key.replace('_', ' ')}: {v:.4f}")
+            console.print(f"{key.replace('_', ' ')}: {v:.4f}{how}")
+        elif method:
+            console.print(f"{key.replace('_', ' ')}: n/a{how}")
+    helps = (summary.get("heterogeneity") or {}).get("parallelisation_helps", "missing")
+    if helps != "missing":
+        console.print("parallelisation helps (σ̄²/M ≥ L·K̄²): " + {True: "yes", False: "no"}.get(helps, "undetermined"))
     for name, gap in summary.get("gaps", {}).items():
         console.print(f"loss gap FedSEA − {name}: {gap:+.4f}")
     for p in summary.get("plots", []):
         console.print(f"plot: {p}", soft_wrap=True)
 
 
-@app.command()
-def report(run_dir: Path = typer.Argument(..., help="A finished run folder.")):
-    """Render the plots and print the summary of a finished run."""
+@app.command(help="Re-render the plots of a finished run or sweep folder and print its summary.\n\n"
+                  "A run folder (with summary.json): plots/*.png are drawn again from its metrics file and "
+                  "summary.json. A sweep folder (with sweep.csv): every run's plots, then sweep.png.\n\n"
+                  "summary.json and sweep.csv are read, never rewritten: they keep the numbers of the run.")
+def report(run_dir: Path = typer.Argument(..., help="A finished run folder (summary.json) or sweep folder (sweep.csv).")):
     try:
         summary_path = run_dir / "summary.json"
+        if (run_dir / "sweep.csv").is_file() and not summary_path.is_file():
+            from .report.plots import render_run, render_sweep
+            return _report_sweep(run_dir, render_run, render_sweep)
         if not summary_path.is_file():
-            raise FileNotFoundError(f"{run_dir} is not a run folder (no summary.json)")
+            raise FileNotFoundError(f"{run_dir} is neither a run folder (no summary.json) nor a sweep folder "
+                                    f"(no sweep.csv)")
         summary = json.loads(summary_path.read_text())
         from .report.plots import render_run       # matplotlib: only once the folder is known to be a run's
         paths = render_run(run_dir)
@@ -149,6 +162,25 @@ def report(run_dir: Path = typer.Argument(..., help="A finished run folder.")):
         _fail(_message(e))
     summary["plots"] = [str(p) for p in paths]
     _print_summary(summary, finished=False)
+
+
+def _report_sweep(root: Path, render_run, render_sweep):
+    """``report`` on a sweep folder: each run's plots, then sweep.png; prints the sweep's table."""
+    import pandas as pd
+    table = pd.read_csv(root / "sweep.csv")
+    if "run" not in table.columns:
+        raise ValueError(f"{root / 'sweep.csv'} has no 'run' column; it was not written by a sweep")
+    console.print(f"sweep folder: {root}", soft_wrap=True)
+    for rec in table.to_dict("records"):
+        sub = root / str(rec["run"])
+        if not (sub / "summary.json").is_file():
+            raise FileNotFoundError(f"{sub} (a run of {root / 'sweep.csv'}) is missing or has no summary.json")
+        render_run(sub)
+        metric = next((k for k in rec if str(k).startswith("regret_")), None)
+        value = f", {metric} = {rec[metric]:.4f}" if metric and rec[metric] == rec[metric] else ""
+        console.print(f"  {rec['run']}: {rec.get('label')}, M = {rec.get('M')}{value}; plots in {sub / 'plots'}",
+                      soft_wrap=True, highlight=False)
+    console.print(f"comparison plot: {render_sweep(root)}", soft_wrap=True)
 
 
 @app.command()

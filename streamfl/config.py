@@ -249,7 +249,7 @@ class ExperimentConfig(_Model):
     steps: int | None = Field(2000, ge=1)
     source: Source = Field(default_factory=lambda: SyntheticSource.model_validate(DEFAULT_SOURCE))
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
-    baselines: list[Baseline] = Field(default_factory=lambda: ["tau1", "local", "centralized", "river"])
+    baselines: list[Baseline] = Field(default_factory=lambda: ["tau1", "local", "centralized"])   # river: opt-in
     output: OutputConfig = Field(default_factory=OutputConfig)
     chunk_size: int = Field(256, ge=1)
     reservoir_size: int = Field(4096, ge=16)

@@ -302,3 +302,68 @@ def test_relative_paths_resolve_the_same_from_any_folder(tmp_path):
     ma, mb = (pd.read_parquet(r / "metrics.parquet") for r in (run_a, run_b))
     assert ma.equals(mb)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp", "results"]
+
+
+SMALL_SWEEP = """name: sw
+steps: 60
+source: {kind: synthetic, task: least_squares, dim: 2, drift: [{kind: random_walk, step: 0.05}]}
+learner: {tau: 5, batch_size: 2}
+baselines: []
+output: {client_columns: false}
+sweep:
+  metric: regret_dynamic
+  parameters: {source.clients: [1, 2]}
+"""
+RUN_PLOTS = ("regret.png", "regret_over_sqrt_t.png", "client_losses.png", "heterogeneity.png")
+
+
+def test_report_renders_a_sweep_folder_and_rewrites_no_summary(tmp_path):
+    (tmp_path / "sw.yaml").write_text(SMALL_SWEEP)
+    proc = subprocess.run(CLI + ["run", "--config", "sw.yaml", "--out", "sweep", "--no-live"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    root = tmp_path / "sweep"
+    table = pd.read_csv(root / "sweep.csv")
+    assert list(table["run"]) == ["clients-1", "clients-2"] and list(table["M"]) == [1, 2]
+    assert (root / "config.yaml").is_file() and (root / "sweep.png").is_file()
+    for run in table["run"]:                           # each run's plots are drawn too
+        assert all((root / run / "plots" / p).is_file() for p in RUN_PLOTS)
+    # remove every PNG, then draw them again from the folder's files
+    before = {run: (root / run / "summary.json").read_bytes() for run in table["run"]}
+    csv = (root / "sweep.csv").read_bytes()
+    for png in root.rglob("*.png"):
+        png.unlink()
+    proc = subprocess.run(CLI + ["report", "sweep"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "comparison plot: sweep/sweep.png" in proc.stdout
+    assert f"clients-2: sw, M = 2, regret_dynamic = {table['regret_dynamic'].iloc[1]:.4f}" in proc.stdout
+    assert (root / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for run in table["run"]:
+        assert all((root / run / "plots" / p).is_file() for p in RUN_PLOTS)
+        assert (root / run / "summary.json").read_bytes() == before[run]
+    assert (root / "sweep.csv").read_bytes() == csv
+
+
+def test_sweep_with_no_plots_writes_no_png(tmp_path):
+    (tmp_path / "sw.yaml").write_text(SMALL_SWEEP)
+    proc = subprocess.run(CLI + ["run", "--config", "sw.yaml", "--out", "sweep", "--no-live", "--no-plots"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert not list((tmp_path / "sweep").rglob("*.png")) and "comparison plot" not in proc.stdout
+
+
+def test_report_redraws_a_run_and_leaves_its_summary_alone(tmp_path):
+    (tmp_path / "c.yaml").write_text("steps: 50\nsource: {kind: synthetic, task: least_squares, clients: 2, dim: 2}\n"
+                                     "baselines: [local]\n")
+    proc = subprocess.run(CLI + ["run", "--config", "c.yaml", "--out", "run", "--no-live", "--no-plots"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = tmp_path / "run" / "summary.json"
+    data, stamp = summary.read_bytes(), summary.stat().st_mtime_ns
+    proc = subprocess.run(CLI + ["report", "run"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert all((tmp_path / "run" / "plots" / p).is_file() for p in RUN_PLOTS)
+    assert summary.read_bytes() == data and summary.stat().st_mtime_ns == stamp
+    proc = subprocess.run(CLI + ["report", "."], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "error: . is neither a run folder (no summary.json) nor a sweep folder (no sweep.csv)"

@@ -62,17 +62,6 @@ def test_real_dataset_with_injected_drift_runs(tmp_path):
     assert m["loss"].iloc[100:130].mean() > 2 * m["loss"].iloc[60:100].mean()
 
 
-@pytest.mark.parametrize("task,kind", [("logistic", "constant"), ("least_squares", "inv_sqrt")])
-def test_river_per_client_baseline_equals_local_only_sgd(tmp_path, task, kind):
-    # River's learn_one per client is the same online SGD as our local-only learner (b = 1, no intercept):
-    # the two cumulative losses must agree to rounding.
-    cfg = small(task).model_copy(update={"baselines": ["local", "river"]})
-    cfg.learner.step_size.kind = kind
-    s = run_experiment(cfg, tmp_path / "r", plots=False)
-    assert s["cum_loss"]["river"] == pytest.approx(s["cum_loss"]["local"], rel=1e-9)
-    assert s["cum_loss"]["fedsea"] != pytest.approx(s["cum_loss"]["local"], rel=1e-6)
-
-
 def test_divergence_is_one_clear_error(tmp_path):
     from streamfl.runtime.engine import DivergenceError
     cfg = parse_config({"steps": 400, "source": {"kind": "synthetic", "task": "least_squares", "drift": []},

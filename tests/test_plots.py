@@ -147,3 +147,168 @@ def test_plot_sweep_writes_png(tmp_path):
             rows.append({"label": label, "M": M, "t": t, "regret": regret, "final": float(regret[-1])})
     out = plot_sweep(rows, tmp_path / "sweep" / "sweep.png")
     assert_png(out)
+
+
+# ---------------------------------------------------------------------- structure: what a reader can trust
+from matplotlib.patches import Rectangle  # noqa: E402
+
+from streamfl.report import render_sweep  # noqa: E402
+from streamfl.report.plots import (  # noqa: E402
+    _client_losses_figure,
+    _heterogeneity_figure,
+    _regret_figure,
+    _regret_over_sqrt_t_figure,
+)
+
+
+def _legend_texts(fig):
+    return [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+
+
+def _lines(ax):
+    return {line.get_label(): line for line in ax.get_lines()}
+
+
+def test_regret_has_a_panel_for_regrets_and_one_for_loss_gaps():
+    df, summary = synthetic_run(T=600, M=3, baselines=("tau1", "local", "centralized", "river"))
+    df["gap_river"] = df["gap_local"]                   # River equals local-only
+    df["gap_centralized"] = df["gap_tau1"] + 0.01        # close enough to hide tau1 under it
+    fig = _regret_figure(df, summary)
+    top, bottom = fig.axes
+    assert top.get_ylabel() == "cumulative regret $R_t$ (nats)"
+    assert bottom.get_ylabel() == "loss gap (nats)"
+    assert not any(label.startswith("loss gap") for label in _lines(top))      # gaps are not regrets
+    gaps = {k: v for k, v in _lines(bottom).items() if k.startswith("loss gap")}
+    assert sorted(gaps) == ["loss gap to centralized, overlaps tau1 (max |Δ| = 0.01)", "loss gap to local",
+                            "loss gap to river, identical to local", "loss gap to tau1"]
+    # every gap line has its own marker and line style, markers at staggered steps: none can hide another
+    assert len({line.get_marker() for line in gaps.values()}) == 4
+    assert len({line.get_markevery()[0] for line in gaps.values()}) == 4
+    texts = _legend_texts(fig)
+    assert "loss gap to river, identical to local" in texts
+    assert "M = 3 clients" in top.get_title()
+
+
+def test_regret_without_baselines_is_one_panel_and_says_so():
+    df, summary = synthetic_run(T=300, M=1, baselines=())
+    fig = _regret_figure(df, summary)
+    assert len(fig.axes) == 1
+    title = fig.axes[0].get_title().replace("\n", " ")
+    assert "M = 1 client;" in title and "no baselines in this run" in title
+
+
+INJECT = [{"kind": "covariate_rotation", "start": 200, "end": 300, "angle": 1.5},
+          {"kind": "label_flip", "start": 450, "end": None, "fraction": 0.25}]
+
+
+def _with_injected_drift(summary):
+    summary["config"]["source"] = {"kind": "river_dataset", "inject": INJECT,
+                                   "drift": [{"kind": "abrupt", "at": [99]}]}
+    return summary
+
+
+@pytest.mark.parametrize("build", [_regret_figure, _regret_over_sqrt_t_figure, _client_losses_figure,
+                                   _heterogeneity_figure])
+def test_every_time_axis_marks_injected_and_synthetic_drift(build):
+    df, summary = synthetic_run(T=600, M=3, switches=())
+    fig = build(df, _with_injected_drift(summary))
+    spans = [p for ax in fig.axes for p in ax.patches if isinstance(p, Rectangle) and not (p.get_label() or "_").startswith("_")]
+    labels = sorted(p.get_label() for p in spans)
+    assert labels == ["injected covariate rotation 1.5 rad, t = 201–301 then held",
+                      "injected label flip (25% of labels), t ≥ 451"]
+    flip = next(p for p in spans if "label flip" in p.get_label())
+    assert flip.get_hatch() == "//"
+    assert "abrupt drift switch" in _legend_texts(fig)
+    assert _lines(fig.axes[0])["abrupt drift switch"].get_xdata()[0] == 100
+    for ax in fig.axes:                                   # both panels of regret.png carry the marks
+        assert any(isinstance(p, Rectangle) and p.get_x() == 201 for p in ax.patches)
+
+
+def test_continuous_drift_is_named_in_the_regret_subtitle():
+    df, summary = synthetic_run(T=300, M=2)
+    summary["config"]["source"]["drift"].append({"kind": "rotation", "speed": 0.0005})
+    title = _regret_figure(df, summary).axes[0].get_title().replace("\n", " ")
+    assert "drift at every step: linear 0.01 per step, rotation 0.0005 rad/step" in title
+
+
+def _ended_clients_run(T=400):
+    df, summary = synthetic_run(T=T, M=3, switches=())
+    df["client1_cum_loss"] = np.where(df["t"] <= 250, df["client1_cum_loss"], df["client1_cum_loss"].iloc[249])
+    df["client2_cum_loss"] = 0.0                            # a client with no rows
+    df["client2_avg_loss"] = np.nan
+    summary["client_last_step"] = [T, 250, 0]
+    return df, summary
+
+
+@pytest.mark.parametrize("from_summary", [True, False])
+def test_client_losses_end_where_the_table_ends_and_skip_empty_clients(from_summary):
+    df, summary = _ended_clients_run()
+    if not from_summary:                                   # older runs: read from the flat cumulative loss
+        del summary["client_last_step"]
+    fig = _client_losses_figure(df, summary)
+    ax = fig.axes[0]
+    lines = _lines(ax)
+    assert lines["client 1"].get_xdata()[-1] == 250        # stops at its last step, not flat to T
+    assert lines["client 0"].get_xdata()[-1] == 400
+    assert "client 2" not in lines and "client 2" not in _legend_texts(fig)
+    ends = [line for line in ax.get_lines() if line.get_marker() == "x" and len(line.get_xdata())]
+    assert [float(line.get_xdata()[0]) for line in ends] == [250.0]
+    assert ends[0].get_ydata()[0] == pytest.approx(df["client1_cum_loss"].iloc[249] / 250)
+    assert "last step of a client whose table ended (1 of 2)" in _legend_texts(fig)
+    assert "client 2 had no rows" in ax.get_title()
+
+
+def test_client_losses_y_axis_holds_the_start_of_every_curve():
+    df, summary = synthetic_run(T=2000, M=3, switches=())
+    df.loc[0, "client0_cum_loss"] = 40.0                   # a first loss far above the rest
+    fig = _client_losses_figure(df, summary)
+    ax = fig.axes[0]
+    lo, hi = ax.get_ylim()
+    first = df["client0_cum_loss"].iloc[:5] / df["t"].iloc[:5]
+    assert hi >= first.max() and ax.get_yscale() == "log"
+
+
+def test_client_losses_without_client_columns_and_with_a_long_name():
+    df, summary = synthetic_run(T=300, M=1)
+    df = df[[c for c in df.columns if not c.startswith("client")]]
+    summary["config"]["name"] = "sweep-heterogeneity-clients-16-strong_drift-with-a-much-longer-name"
+    fig = _client_losses_figure(df, summary)
+    sub = fig.axes[0].get_title().replace("\n", " ")
+    assert sub.startswith("M = 1 client; per-client columns not recorded (output.client_columns: false)")
+    assert "first 0" not in sub
+    assert "\n" in fig._suptitle.get_text()                 # wrapped, not cut off
+
+
+def test_heterogeneity_names_the_missing_estimate():
+    df, summary = synthetic_run(T=300, M=2)
+    df["sigma2"] = np.nan
+    summary["heterogeneity"].update(sigma2_mean=None, parallelisation_helps=None)
+    fig = _heterogeneity_figure(df, summary)
+    title = fig.legends[0].get_title().get_text()
+    assert "regime undetermined (no estimate of $\\bar{\\sigma}^2$)" in title
+
+
+@pytest.mark.parametrize("metric,what", [("regret_dynamic", r"of the average model $\bar{x}_t$"),
+                                         ("regret_static", "of the network loss (mean over clients)")])
+def test_sweep_labels_say_what_is_plotted(metric, what):
+    from streamfl.report.plots import _sweep_figure
+    t = np.arange(1, 101)
+    rows = [{"label": "mild", "M": M, "t": t, "regret": t / M, "final": 100.0 / M} for M in (1, 4)]
+    left, right, _ = _sweep_figure(rows, metric).axes           # curves, finals, colour bar
+    name = metric.split("_")[1]
+    assert right.get_ylabel() == f"final {name} regret $R_T$ {what} (loss units)"
+    assert left.get_ylabel() == f"{name} regret $R_t$ {what} (loss units)"
+
+
+def test_render_sweep_reads_the_sweep_folder(tmp_path):
+    root = tmp_path / "sweep"
+    for M in (1, 4):
+        df, summary = synthetic_run(T=200, M=M, baselines=())
+        write_run(root / f"clients-{M}", df, summary)
+    pd.DataFrame({"run": ["clients-1", "clients-4"], "label": ["x", "x"], "M": [1, 4],
+                  "regret_dynamic": [5.0, 2.0]}).to_csv(root / "sweep.csv", index=False)
+    assert render_sweep(root) == root / "sweep.png"
+    assert_png(root / "sweep.png")
+    (root / "sweep.csv").write_text("run,label\nclients-1,x\n")
+    with pytest.raises(ValueError, match="'M' is missing"):
+        render_sweep(root)

@@ -28,6 +28,66 @@ def _scores(W: np.ndarray, X: np.ndarray) -> np.ndarray:
     return X @ W
 
 
+def _least_squares_of_scores(z, y):
+    r = z[..., 0] - y
+    return 0.5 * r * r
+
+
+def _logistic_of_scores(z, y):
+    z = z[..., 0]
+    return -log_expit(z) + (1.0 - y) * z
+
+
+def _softmax_of_scores(z, y):
+    yi = np.asarray(y).astype(np.int64)
+    return logsumexp(z, axis=-1) - np.take_along_axis(z, yi[..., None], axis=-1)[..., 0]
+
+
+def loss_of_scores(task: str, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Per-sample loss of linear scores, for a model whose scores come from elsewhere.
+
+    The same formulas as :func:`least_squares`, :func:`logistic` and
+    :func:`softmax` use for their loss, so any learner that exposes its raw
+    scores z = a·W is charged exactly what the stacked clients are charged.
+
+    Parameters
+    ----------
+    task : {"least_squares", "logistic", "softmax"}
+    z : ndarray (..., K)
+        Raw linear scores (K = 1 for least squares and logistic).
+    y : ndarray (...)
+        Labels: real targets, {0, 1}, or class indices 0..K-1.
+
+    Returns
+    -------
+    ndarray (...)
+        f per sample, in natural-log units; no clipping (a logistic loss at
+        z = 1e9 with the wrong label is 1e9 nats).
+
+    Raises
+    ------
+    ValueError
+        For an unknown task.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> float(loss_of_scores("logistic", np.array([[1e9]]), np.array([0.0]))[0])
+    1000000000.0
+    >>> loss_of_scores("softmax", np.zeros((1, 3)), np.array([2])) == np.log(3)   # K = 3 classes at zero: ln 3
+    array([ True])
+    """
+    try:
+        fn = _OF_SCORES[task]
+    except KeyError:
+        raise ValueError(f"Unknown task {task!r}; allowed: {', '.join(sorted(_OF_SCORES))}.") from None
+    return fn(z, y)
+
+
+_OF_SCORES = {"least_squares": _least_squares_of_scores, "logistic": _logistic_of_scores,
+              "softmax": _softmax_of_scores}
+
+
 def least_squares(W: np.ndarray, X: np.ndarray, y: np.ndarray, with_grad: bool = True):
     """Squared loss ½(a·x − y)² per sample and the mini-batch mean gradient.
 
@@ -36,8 +96,9 @@ def least_squares(W: np.ndarray, X: np.ndarray, y: np.ndarray, with_grad: bool =
     loss : ndarray (M, b)
     grad : ndarray (M, d, 1) or None — mean over the mini-batch of ∇f.
     """
-    r = _scores(W, X)[..., 0] - y
-    loss = 0.5 * r * r
+    z = _scores(W, X)
+    loss = _least_squares_of_scores(z, y)
+    r = z[..., 0] - y
     if not with_grad:
         return loss, None
     grad = np.einsum("mb,mbd->md", r, X)[..., None] / X.shape[1]
@@ -50,8 +111,9 @@ def logistic(W: np.ndarray, X: np.ndarray, y: np.ndarray, with_grad: bool = True
     Uses ``log(1+e^z) − y z = −log σ(z) + (1−y) z`` computed with a stable
     ``log_expit``.
     """
-    z = _scores(W, X)[..., 0]
-    loss = -log_expit(z) + (1.0 - y) * z
+    z = _scores(W, X)
+    loss = _logistic_of_scores(z, y)
+    z = z[..., 0]
     if not with_grad:
         return loss, None
     grad = np.einsum("mb,mbd->md", expit(z) - y, X)[..., None] / X.shape[1]
@@ -62,7 +124,7 @@ def softmax(W: np.ndarray, X: np.ndarray, y: np.ndarray, with_grad: bool = True)
     """Multinomial logistic loss logsumexp(z) − z_y per sample and the mean gradient."""
     z = _scores(W, X)
     yi = y.astype(np.int64)
-    loss = logsumexp(z, axis=-1) - np.take_along_axis(z, yi[..., None], axis=-1)[..., 0]
+    loss = _softmax_of_scores(z, y)
     if not with_grad:
         return loss, None
     p = _softmax(z, axis=-1)

@@ -112,6 +112,16 @@ class RegretTracker:
         self.checkpoint_regret = {}
         self.het_sums = np.zeros(3)
         self.het_counts = np.zeros(3)
+        self.client_last_step = np.zeros(self.M, dtype=np.int64)
+        # how each population regret is known; the live view, summary.json and the
+        # README's metrics.csv columns say the same
+        if self.population is None:
+            self.expected_method = self.dynamic_method = "not available (needs a synthetic source: F is unknown)"
+        else:
+            self.expected_method = ("exact at every step (closed form)" if self.task == "least_squares" else
+                                    "exact, computed at the end of the run (solver over the recorded optima); "
+                                    "not tracked per step")
+            self.dynamic_method = "exact at every step"
 
     # ------------------------------------------------------------------ per chunk
     def update(self, chunk, losses: dict, models: np.ndarray) -> pd.DataFrame:
@@ -204,6 +214,8 @@ class RegretTracker:
 
         client_steps = self.client_steps + np.cumsum(present, axis=0)
         self.client_steps = client_steps[-1].copy()
+        seen = present.any(axis=0)
+        self.client_last_step[seen] = ts[n - 1 - np.argmax(present[::-1], axis=0)][seen]
         if self.client_columns:
             with np.errstate(invalid="ignore", divide="ignore"):
                 client_avg = np.where(client_steps > 0, client_cum / np.maximum(client_steps, 1), np.nan)
@@ -280,10 +292,15 @@ class RegretTracker:
         return lam if self.task == "least_squares" else lam / 4
 
     def heterogeneity_summary(self) -> dict:
-        """Running means σ̄², ζ̄², K̄² and the regime flag σ̄²/M ≥ L·K̄²."""
+        """Running means σ̄², ζ̄², K̄² and the regime flag σ̄²/M ≥ L·K̄².
+
+        The flag is True or False when σ̄², K̄² and L are known, and None
+        (undetermined) otherwise, e.g. σ̄² on real data with b = 1.
+        """
         means = np.divide(self.het_sums, self.het_counts, out=np.full(3, np.nan), where=self.het_counts > 0)
         L = self.smoothness() if self.total_weight > 0 else np.nan
-        parallel = bool(np.isfinite(means).all() and means[0] / self.M >= L * means[2])
+        known = bool(np.isfinite([means[0], means[2], L]).all())
+        parallel = bool(means[0] / self.M >= L * means[2]) if known else None
         return {"sigma2_mean": float(means[0]), "zeta2_mean": float(means[1]), "K2_mean": float(means[2]),
                 "L": float(L), "parallelisation_helps": parallel}
 
@@ -307,13 +324,17 @@ class RegretTracker:
         Returns a dict with ``regret_static`` (exact), ``comparator_static``,
         ``static_checkpoints`` (list of (t, exact regret at t) on a geometric
         grid, for plots), ``regret_expected`` and ``regret_dynamic`` (where the
-        population is known), and the heterogeneity summary.
+        population is known; ``regret_*_method`` says how each regret is
+        known), the heterogeneity summary, ``client_steps`` (steps each client
+        was present, (M,)) and ``client_last_step`` (its last such step t, 0
+        if none).
         """
         out = {"t": self.state.t, "cum_loss": dict(self.state.cum_loss),
                "regret_static": self.state.regret.get("static"),
                "regret_expected": self.state.regret.get("expected"),
                "regret_dynamic": self.state.regret.get("dynamic"),
                "regret_static_method": "exact (sufficient statistics)" if self.hindsight else "exact (L-BFGS over the recorded stream)",
+               "regret_expected_method": self.expected_method, "regret_dynamic_method": self.dynamic_method,
                "static_checkpoints": []}
         if self.hindsight is not None:
             out["comparator_static"] = self.state.comparator
@@ -344,4 +365,6 @@ class RegretTracker:
             os.rmdir(self.spool_dir)
         out["heterogeneity"] = self.heterogeneity_summary()
         out["samples"] = self.state.samples
+        out["client_steps"] = self.client_steps.astype(int).tolist()
+        out["client_last_step"] = self.client_last_step.tolist()
         return out

@@ -9,6 +9,7 @@ from .plots import (
     plot_regret_over_sqrt_t,
     plot_sweep,
     render_run,
+    render_sweep,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "plot_regret_over_sqrt_t",
     "plot_sweep",
     "render_run",
+    "render_sweep",
 ]

@@ -5,9 +5,9 @@ the columns of :meth:`streamfl.regret.tracker.RegretTracker.update`) and
 ``summary.json`` (the end-of-run summary). :func:`render_run` writes four
 figures into ``<run>/plots/``:
 
-* ``regret.png`` — cumulative regret against every available comparator, the
-  loss gaps to the baselines, the exact static checkpoints and the abrupt
-  drift switches;
+* ``regret.png`` — cumulative regret against every available comparator and
+  the exact static checkpoints; below, in a panel of their own, the loss gaps
+  to the baselines (another quantity);
 * ``regret_over_sqrt_t.png`` — regret / √t on a log-t axis (flat ⇒ O(√T));
 * ``client_losses.png`` — every client's running average loss and the
   network's;
@@ -15,12 +15,15 @@ figures into ``<run>/plots/``:
   test σ̄²/M ≥ L·K̄².
 
 :func:`plot_sweep` compares the regret curves of a sweep over the number of
-clients M.
+clients M; :func:`render_sweep` draws it from a sweep folder's files.
 
 Figures are drawn on :class:`matplotlib.figure.Figure` objects with the Agg
 canvas: no pyplot, no global state, safe in threads and headless servers.
 Long runs are thinned to at most :data:`MAX_POINTS` points per curve (the last
-row is always kept); markers and vertical lines are never thinned.
+row is always kept); markers and vertical lines are never thinned. Every
+time axis marks the run's drift, read from ``summary["config"]["source"]``:
+abrupt switches (``drift``) as dotted lines, injected drift (``inject``) as
+shaded windows.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import textwrap
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -52,6 +56,7 @@ __all__ = [
     "plot_heterogeneity",
     "plot_sweep",
     "render_run",
+    "render_sweep",
 ]
 
 #: Largest number of points drawn per curve.
@@ -75,7 +80,7 @@ _CLIENT_RE = re.compile(r"^client(\d+)_cum_loss$")
 
 
 # ---------------------------------------------------------------------- loading
-def load_metrics(run_dir: str | Path) -> pd.DataFrame:
+def load_metrics(run_dir: str | Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """Read the per-step metrics of a run.
 
     Parameters
@@ -83,6 +88,9 @@ def load_metrics(run_dir: str | Path) -> pd.DataFrame:
     run_dir : str or Path
         The run folder (holding ``metrics.csv`` or ``metrics.parquet``; the
         CSV wins when both exist), or the path of the metrics file itself.
+    columns : list of str or None
+        Read only these columns (all by default); ``t`` and ``cum_loss`` are
+        always read.
 
     Returns
     -------
@@ -106,11 +114,16 @@ def load_metrics(run_dir: str | Path) -> pd.DataFrame:
     if path is None:
         raise FileNotFoundError(
             f"No metrics file in the run folder {str(run_dir)!r}: expected 'metrics.csv' or 'metrics.parquet'.")
+    if columns is not None:
+        wanted = set(REQUIRED) | set(columns)
+        columns = lambda c: c in wanted         # noqa: E731  (missing ones are reported by _require)
     if path.suffix == ".parquet":
         df = pd.read_parquet(path)
+        if columns is not None:
+            df = df[[c for c in df.columns if columns(c)]]
     else:
-        df = pd.read_csv(path)
-    _require(df, REQUIRED, source=str(path))
+        df = pd.read_csv(path, usecols=columns)
+    _require(df, REQUIRED if columns is None else sorted(wanted), source=str(path))
     df = df.apply(pd.to_numeric, errors="coerce")
     if not df["t"].is_monotonic_increasing:
         df = df.sort_values("t", kind="stable")
@@ -194,6 +207,12 @@ def _run_name(summary: Mapping | None) -> str:
     return f"{name} ({main})" if name else str(main)
 
 
+def _main_label(summary: Mapping | None) -> str:
+    """The main learner as readers know it ('FedSEA' for the learner named fedsea)."""
+    main = str((summary or {}).get("main") or "main learner")
+    return "FedSEA" if main == "fedsea" else main
+
+
 def _loss_units(summary: Mapping | None) -> str:
     """'nats' for log-loss tasks when the config says so, else 'loss units'."""
     cfg = _config(summary)
@@ -239,6 +258,76 @@ def _abrupt_steps(summary: Mapping | None) -> list[int]:
     return sorted(steps)
 
 
+_INJECTED_COLOURS = {"covariate_rotation": "#9467bd", "covariate_scale": "#17becf", "label_flip": "#d62728"}
+
+
+def _injected_windows(summary: Mapping | None) -> list[tuple[float, float | None, str, str]]:
+    """Injected drift of the config's ``source.inject``, as 1-based step windows.
+
+    Returns a list of ``(first t, last t or None for "to the end", legend
+    label, kind)``. Injector steps are 0-based (see
+    :mod:`streamfl.generators.inject`): a covariate rotation or scale ramps
+    from ``start`` to ``end`` (a switch when ``end`` is missing or equal) and
+    is then held; a label flip acts on ``start ≤ step < end`` (to the end when
+    ``end`` is missing). Anything malformed is ignored.
+
+    >>> _injected_windows({"config": {"source": {"inject": [{"kind": "label_flip", "start": 4500, "fraction": 0.25}]}}})
+    [(4501.0, None, 'injected label flip (25% of labels), t ≥ 4,501', 'label_flip')]
+    """
+    source = _config(summary).get("source")
+    items = source.get("inject") if isinstance(source, dict) else None
+    if not isinstance(items, (list, tuple)):
+        return []
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind = str(item.get("kind", ""))
+        start, end = _num(item.get("start")), _num(item.get("end"))
+        if not np.isfinite(start):
+            continue
+        lo = start + 1
+        if kind in ("covariate_rotation", "covariate_scale"):
+            hi = end + 1 if np.isfinite(end) else lo
+            what = (f"rotation {_fmt(item.get('angle'))} rad" if kind == "covariate_rotation"
+                    else f"scale ×{_fmt(item.get('factor'))}")
+            when = f"at t = {int(lo):,}" if hi <= lo else f"t = {int(lo):,}–{int(hi):,}"
+            out.append((lo, max(hi, lo), f"injected covariate {what}, {when} then held", kind))
+        elif kind == "label_flip":
+            hi = end if np.isfinite(end) else None
+            frac = _num(item.get("fraction", 1.0))
+            share = "all labels" if frac == 1 else f"{frac:.0%} of labels"
+            when = f"t ≥ {int(lo):,}" if hi is None else f"t = {int(lo):,}–{int(hi):,}"
+            out.append((lo, hi, f"injected label flip ({share}), {when}", kind))
+    return out
+
+
+def _continuous_drift(summary: Mapping | None) -> list[str]:
+    """The config's drift schedules that act at every step, in words (abrupt switches are drawn instead)."""
+    source = _config(summary).get("source")
+    drift = source.get("drift") if isinstance(source, dict) else None
+    if isinstance(drift, dict):
+        drift = [drift]
+    words = []
+    for item in drift if isinstance(drift, (list, tuple)) else []:
+        if not isinstance(item, dict):
+            continue
+        kind = str(item.get("kind", ""))
+        if kind == "rotation":
+            words.append(f"rotation {_fmt(item.get('speed'))} rad/step")
+        elif kind in ("linear", "random_walk", "adaptive"):
+            key = {"linear": "speed", "random_walk": "step", "adaptive": "budget"}[kind]
+            words.append(f"{kind.replace('_', ' ')} {_fmt(item.get(key))} per step")
+        elif kind == "periodic":
+            words.append(f"periodic (amplitude {_fmt(item.get('amplitude'))}, period {_fmt(item.get('period'))})")
+    return words
+
+
+def _clients_text(M) -> str:
+    """'M = 1 client', 'M = 8 clients'."""
+    return f"M = {M} client{'' if M == 1 else 's'}"
+
+
 class _PlainLogFormatter(LogFormatter):
     """Log-axis labels as plain numbers (0.6, 0.01, 1e-05): matplotlib picks
     which ticks get a label, we only change how it reads."""
@@ -261,19 +350,36 @@ def _style(ax) -> None:
         ax.spines[side].set_visible(False)
 
 
+def _wrap(text: str, width: int) -> str:
+    """Wrap each line of ``text`` at ``width`` characters, never inside $math$."""
+    keep = "\x00"
+    parts = text.split("$")
+    protected = "$".join(p.replace(" ", keep) if i % 2 else p for i, p in enumerate(parts))
+    lines = [textwrap.fill(line, width, break_long_words=False) for line in protected.split("\n")]
+    return "\n".join(lines).replace(keep, " ")
+
+
 def _titles(fig: Figure, ax, title: str, subtitle: str | None = None) -> None:
-    fig.suptitle(title, fontsize=12.5, fontweight="bold")
+    """Bold figure title and grey subtitle, wrapped to the figure's width (long run names)."""
+    width = fig.get_figwidth()
+    fig.suptitle(_wrap(title, int(width * 9)), fontsize=12.5, fontweight="bold")
     if subtitle:
-        ax.set_title(subtitle, fontsize=9, color="0.35")
+        ax.set_title(_wrap(subtitle, int(width * 14)), fontsize=9, color="0.35")
 
 
 def _legend_below(fig: Figure, ax, title: str | None = None, ncol: int | None = None, **kw):
-    """One legend under the axes (never on top of the data)."""
-    handles, labels = ax.get_legend_handles_labels()
+    """One legend under the axes (never on top of the data); ``ax`` may be a list of axes."""
+    handles, labels = [], []
+    for a in ax if isinstance(ax, (list, tuple)) else [ax]:
+        for h, lab in zip(*a.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
     if not handles:
         return None
-    if ncol is None:
-        ncol = min(3, len(handles)) if max(len(lab) for lab in labels) < 40 else 2
+    if ncol is None:      # as many columns as fit the figure's width (about 5.6 px per character at 8.5 pt)
+        longest = max(len(lab) for lab in labels)
+        ncol = max(1, min(3, len(handles), int(fig.get_figwidth() * DPI / (longest * 5.6 + 70))))
     return fig.legend(handles, labels, loc="outside lower center", ncol=ncol, fontsize=8.5, frameon=True,
                       framealpha=1.0, edgecolor="0.8", title=title, title_fontsize=9, **kw)
 
@@ -285,12 +391,70 @@ def _save(fig: Figure, path: str | Path) -> Path:
     return path
 
 
-def _draw_drift(ax, steps: Sequence[int], t_min: float, t_max: float) -> bool:
-    shown = [s for s in steps if t_min <= s <= t_max]
+def _draw_drift(ax, summary: Mapping | None, t_min: float, t_max: float, legend: bool = True) -> int:
+    """Mark the run's drift events on ``ax``: abrupt switches of ``source.drift``
+    as dotted lines, injected drift of ``source.inject`` as shaded windows
+    (hatched for label flips) or dashed lines (switches). Returns the number
+    of marks drawn. ``legend=False`` draws them unlabelled (second panels)."""
+    shown = [s for s in _abrupt_steps(summary) if t_min <= s <= t_max]
     for i, s in enumerate(shown):
         ax.axvline(s, color="0.3", linestyle=":", linewidth=1.1, zorder=1,
-                   label="abrupt drift switch" if i == 0 else None)
-    return bool(shown)
+                   label="abrupt drift switch" if i == 0 and legend else None)
+    drawn = len(shown)
+    for lo, hi, label, kind in _injected_windows(summary):
+        hi = t_max if hi is None else hi
+        if lo > t_max or hi < t_min:
+            continue
+        colour = _INJECTED_COLOURS.get(kind, "0.5")
+        label = label if legend else None
+        if hi <= lo:
+            ax.axvline(lo, color=colour, linestyle="--", linewidth=1.2, zorder=1, label=label)
+        else:
+            ax.axvspan(max(lo, t_min), min(hi, t_max), facecolor=colour, alpha=0.12, zorder=0,
+                       hatch="//" if kind == "label_flip" else None, edgecolor=colour, linewidth=0, label=label)
+        drawn += 1
+    return drawn
+
+
+def _coincidences(series: Sequence[tuple[str, np.ndarray]], span: float) -> dict[str, tuple[str, str]]:
+    """Legend notes for curves that hide each other.
+
+    For each series that coincides with an earlier one X, ``(X, note)`` with
+    the note ``"identical to X"`` when they differ by at most 1e-9 of their
+    size, ``"overlaps X"`` when by at most 2 % of the panel's y-span ``span``
+    (the max |Δ| is given).
+
+    >>> a = np.array([0.0, 1.0, 2.0])
+    >>> _coincidences([("local", a), ("river", a + 1e-15), ("tau1", a + 0.01), ("far", -a)], span=4.0)
+    {'river': ('local', 'identical to local (max |Δ| = 1e-15)'), 'tau1': ('local', 'overlaps local (max |Δ| = 0.01)')}
+    """
+    notes: dict[str, tuple[str, str]] = {}
+    for i, (name, y) in enumerate(series):
+        for other, z in series[:i]:
+            ok = np.isfinite(y) & np.isfinite(z)
+            if not ok.any():
+                continue
+            diff = float(np.max(np.abs(y[ok] - z[ok])))
+            size = float(np.max(np.abs(z[ok])))
+            if diff <= 1e-9 * size:
+                notes[name] = (other, f"identical to {other}" + (f" (max |Δ| = {diff:.1g})" if diff else ""))
+            elif span > 0 and diff <= 0.02 * span:
+                notes[name] = (other, f"overlaps {other} (max |Δ| = {diff:.2g})")
+            if name in notes:
+                break
+    return notes
+
+
+def _span(values: Sequence[np.ndarray]) -> float:
+    finite = np.concatenate([np.asarray(v, dtype=float)[np.isfinite(v)] for v in values]) if values else np.array([])
+    return float(finite.max() - finite.min()) if finite.size else 0.0
+
+
+def _exact_label(summary: Mapping) -> str:
+    """Legend label of the exact static checkpoints (the curve itself is exact for least squares)."""
+    if "sufficient statistics" in str(summary.get("regret_static_method", "")):
+        return "static, exact at checkpoints"
+    return "static, exact (end-of-run solver)"
 
 
 def _checkpoints(summary: Mapping | None) -> tuple[np.ndarray, np.ndarray]:
@@ -309,24 +473,30 @@ def _checkpoints(summary: Mapping | None) -> tuple[np.ndarray, np.ndarray]:
 
 # ---------------------------------------------------------------------- run plots
 def plot_regret(df: pd.DataFrame, summary: Mapping | None, path: str | Path) -> Path:
-    """Cumulative regret of the main learner against t.
+    """Cumulative regret of the main learner and its loss gaps, against t.
 
-    Draws one solid curve per available comparator — ``regret_static`` (best
-    fixed model in hindsight), ``regret_expected`` (FedSEA eq. (3)) and
-    ``regret_dynamic`` (per-step optimum); all-NaN columns are skipped — and
-    one dashed curve per baseline, ``gap_<baseline>`` (the main learner's
-    cumulative loss minus the baseline's; negative means the main learner is
-    ahead). The exact static regrets of ``summary["static_checkpoints"]`` are
-    drawn as markers, and abrupt drift switches of
-    ``summary["config"]["source"]["drift"]`` as vertical dotted lines.
+    Top panel, regrets: one solid curve per available comparator —
+    ``regret_static`` (best fixed model in hindsight), ``regret_expected``
+    (FedSEA eq. (3)) and ``regret_dynamic`` (per-step optimum); all-NaN
+    columns are skipped — and the exact static regrets of
+    ``summary["static_checkpoints"]`` as markers. Bottom panel (only when the
+    run has baselines), loss gaps, another quantity: ``gap_<baseline>``, the
+    main learner's cumulative loss minus the baseline's (below 0: the main
+    learner is ahead), each with its own line style and markers placed at
+    staggered steps, so that curves lying on top of each other stay visible;
+    the legend says which curve is identical to or overlaps which. Both
+    panels mark the drift: abrupt switches of ``source.drift`` and injected
+    drift of ``source.inject`` (see :func:`_draw_drift`); drift that acts at
+    every step is named in the subtitle.
 
     Parameters
     ----------
     df : pandas.DataFrame
         Per-step metrics (at least ``t`` and ``cum_loss``).
     summary : dict
-        The run summary (``main``, ``regret_static``, ``static_checkpoints``,
-        ``regret_static_method``, ``config``); missing keys are tolerated.
+        The run summary (``main``, ``n_clients``, ``regret_static``,
+        ``static_checkpoints``, ``regret_static_method``, ``config``); missing
+        keys are tolerated.
     path : str or Path
         Output PNG file (parent folders are created).
 
@@ -340,61 +510,95 @@ def plot_regret(df: pd.DataFrame, summary: Mapping | None, path: str | Path) -> 
     ValueError
         If ``t`` or ``cum_loss`` is missing.
     """
+    return _save(_regret_figure(df, summary), path)
+
+
+_GAP_STYLES = ("--", "-.", (0, (1, 1.5)), (0, (6, 2, 1, 2, 1, 2)), (0, (3, 1)), (0, (8, 2)))
+_GAP_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def _regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     _require(df, REQUIRED)
     summary = summary or {}
     units = _loss_units(summary)
     thin = _thin(df)
     t = thin["t"].to_numpy(dtype=float)
-    fig = _new_figure()
-    ax = fig.add_subplot()
-    ax.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
+    gaps = [b for b in _baselines(df) if _has_data(df, f"gap_{b}")]
+    fig = _new_figure((8.0, 7.6) if gaps else FIGSIZE)
+    if gaps:
+        top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    else:
+        top, bottom = fig.add_subplot(), None
+    t_lo, t_hi = float(np.nanmin(t)), float(np.nanmax(t))
+    every = max(1, len(t) // 10)
 
     ck_t, ck_r = _checkpoints(summary)
-    drawn = 0
+    comps = []
     for col, label, colour in _COMPARATORS:
         if not _has_data(thin, col):
             continue
         if col == "regret_static" and len(ck_t) and "sufficient statistics" not in str(summary.get("regret_static_method", "")):
             label += " (live estimate)"
-        ax.plot(t, thin[col].to_numpy(dtype=float), color=colour, linewidth=1.8, label=label, zorder=3)
-        drawn += 1
-    extra = 0
-    for b in _baselines(thin):
-        col = f"gap_{b}"
-        if not _has_data(thin, col):
-            continue
-        if b in BASELINES:       # a fixed colour per known baseline, the same in every run
-            colour = _BASELINE_COLOURS[BASELINES.index(b)]
-        else:
-            colour = _BASELINE_COLOURS[len(BASELINES) + extra % (len(_BASELINE_COLOURS) - len(BASELINES))]
-            extra += 1
-        ax.plot(t, thin[col].to_numpy(dtype=float), color=colour,
-                linestyle="--", linewidth=1.3, label=f"loss gap to {b}", zorder=2)
-        drawn += 1
+        comps.append((col, label, colour))
+    full = [(label, df[col].to_numpy(dtype=float)) for col, label, _ in comps]
+    notes = _coincidences(full, _span([v for _, v in full]))
+    involved = set(notes) | {other for other, _ in notes.values()}
+    top.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
+    for i, (col, label, colour) in enumerate(comps):
+        mark = dict(marker=_GAP_MARKERS[i], markevery=(i * every // 3, every), markersize=5,
+                    markerfacecolor="white") if label in involved else {}
+        shown = f"{label}, {notes[label][1]}" if label in notes else label
+        top.plot(t, thin[col].to_numpy(dtype=float), color=colour, linewidth=1.8, label=shown, zorder=3, **mark)
     if len(ck_t):
-        ax.plot(ck_t, ck_r, linestyle="none", marker="o", markersize=5.5, markerfacecolor="white",
-                markeredgecolor="#1f77b4", markeredgewidth=1.6, label="static, exact (end-of-run solver)", zorder=4)
-        drawn += 1
-    t_lo, t_hi = float(np.nanmin(t)), float(np.nanmax(t))
-    _draw_drift(ax, _abrupt_steps(summary), t_lo, t_hi)
-    if not drawn:
-        ax.text(0.5, 0.5, "no regret or gap series available", transform=ax.transAxes,
-                ha="center", va="center", color="0.4")
-    ax.set_xlim(t_lo, t_hi if t_hi > t_lo else t_lo + 1)
-    ax.set_xlabel("step t")
-    ax.set_ylabel(f"cumulative regret ({units})")
-    _style(ax)
-    _legend_below(fig, ax)
+        top.plot(ck_t, ck_r, linestyle="none", marker="o", markersize=5.5, markerfacecolor="white",
+                 markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4)
+    if not comps and not len(ck_t):
+        top.text(0.5, 0.5, "no regret series available", transform=top.transAxes,
+                 ha="center", va="center", color="0.4")
+    top.set_ylabel(f"cumulative regret $R_t$ ({units})")
+    _draw_drift(top, summary, t_lo, t_hi)
+
+    if bottom is not None:
+        full = [(b, df[f"gap_{b}"].to_numpy(dtype=float)) for b in gaps]
+        notes = _coincidences(full, _span([v for _, v in full]))
+        bottom.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
+        extra = 0
+        for i, b in enumerate(gaps):
+            if b in BASELINES:       # a fixed colour per known baseline, the same in every run
+                colour = _BASELINE_COLOURS[BASELINES.index(b)]
+            else:
+                colour = _BASELINE_COLOURS[len(BASELINES) + extra % (len(_BASELINE_COLOURS) - len(BASELINES))]
+                extra += 1
+            label = f"loss gap to {b}" + (f", {notes[b][1]}" if b in notes else "")
+            bottom.plot(t, thin[f"gap_{b}"].to_numpy(dtype=float), color=colour,
+                        linestyle=_GAP_STYLES[i % len(_GAP_STYLES)], linewidth=1.4, label=label, zorder=2 + i,
+                        marker=_GAP_MARKERS[i % len(_GAP_MARKERS)], markersize=5, markerfacecolor="white",
+                        markevery=(i * every // len(gaps), every))
+        bottom.set_ylabel(f"loss gap ({units})")
+        main = _main_label(summary)
+        bottom.set_title(f"loss gaps: {main}'s cumulative loss − each baseline's (below 0: {main} ahead)",
+                         fontsize=9, color="0.35")
+        _draw_drift(bottom, summary, t_lo, t_hi, legend=False)
+        _style(bottom)
+    (bottom or top).set_xlabel("step t")
+    top.set_xlim(t_lo, t_hi if t_hi > t_lo else t_lo + 1)
+    _style(top)
+    _legend_below(fig, [top] + ([bottom] if bottom is not None else []))
     T = int(df["t"].iloc[-1])
     sub = f"T = {T:,} steps"
     if "n_clients" in summary:
-        sub += f", M = {summary['n_clients']} clients"
+        sub += f", {_clients_text(summary['n_clients'])}"
     if "regret_static" in summary:
         sub += f"; final static regret R_T = {_fmt(summary['regret_static'])} {units}"
         if summary.get("regret_static_method"):
             sub += f" [{summary['regret_static_method']}]"
-    _titles(fig, ax, f"{_run_name(summary)}: cumulative regret", sub)
-    return _save(fig, path)
+    if not gaps:
+        sub += "; no baselines in this run"
+    drift = _continuous_drift(summary)
+    if drift:
+        sub += "\ndrift at every step: " + ", ".join(drift)
+    _titles(fig, top, f"{_run_name(summary)}: cumulative regret", sub)
+    return fig
 
 
 def plot_regret_over_sqrt_t(df: pd.DataFrame, summary: Mapping | None, path: str | Path) -> Path:
@@ -418,6 +622,10 @@ def plot_regret_over_sqrt_t(df: pd.DataFrame, summary: Mapping | None, path: str
     -------
     Path
     """
+    return _save(_regret_over_sqrt_t_figure(df, summary), path)
+
+
+def _regret_over_sqrt_t_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     _require(df, REQUIRED)
     summary = summary or {}
     units = _loss_units(summary)
@@ -439,10 +647,10 @@ def plot_regret_over_sqrt_t(df: pd.DataFrame, summary: Mapping | None, path: str
         drawn += 1
     if len(ck_t):
         ax.plot(ck_t, ck_r / np.sqrt(ck_t), linestyle="none", marker="o", markersize=5.5, markerfacecolor="white",
-                markeredgecolor="#1f77b4", markeredgewidth=1.6, label="static, exact (end-of-run solver)", zorder=4)
+                markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4)
         drawn += 1
     if len(t):
-        _draw_drift(ax, _abrupt_steps(summary), float(t.min()), float(t.max()))
+        _draw_drift(ax, summary, float(t.min()), float(t.max()))
         ax.set_xscale("log")
         ax.set_xlim(max(1.0, float(t.min())), max(float(t.max()), float(t.min()) * 1.01 + 1))
     if not drawn:
@@ -454,15 +662,22 @@ def plot_regret_over_sqrt_t(df: pd.DataFrame, summary: Mapping | None, path: str
     _legend_below(fig, ax)
     _titles(fig, ax, f"{_run_name(summary)}: regret / √t  (flat ⇒ O(√T) regret)",
             "a falling curve means regret grows slower than √T; a rising one, faster")
-    return _save(fig, path)
+    return fig
 
 
 def plot_client_losses(df: pd.DataFrame, summary: Mapping | None, path: str | Path) -> Path:
     """Running average loss of every client and of the network against t.
 
-    Each client m contributes ``client<m>_cum_loss / t`` as a thin line (at
-    most :data:`MAX_CLIENTS` clients, the lowest indices; the legend says when
-    more exist); the network's ``cum_loss / t`` is drawn in bold black.
+    Each client m contributes its running average loss over the steps it was
+    present (``client<m>_avg_loss``, else ``client<m>_cum_loss / t``) as a
+    thin line, at most :data:`MAX_CLIENTS` clients (the lowest indices; the
+    subtitle says when more exist). A client whose table ended before T
+    stops at its last step (``summary["client_last_step"]``; for older runs,
+    the last step its cumulative loss changed) with a cross; a client with no
+    rows has no line and is named in the subtitle, not the legend. The
+    network's ``cum_loss / t`` is drawn in bold black. The y-axis holds every
+    value from t = 1 on (log scale when they span more than a factor 10). Drift
+    is marked as in :func:`plot_regret`.
 
     Parameters
     ----------
@@ -470,7 +685,8 @@ def plot_client_losses(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
         Per-step metrics (at least ``t`` and ``cum_loss``; client columns are
         optional).
     summary : dict
-        The run summary (``n_clients``, ``config``, ``main``).
+        The run summary (``n_clients``, ``client_last_step``, ``config``,
+        ``main``).
     path : str or Path
         Output PNG file.
 
@@ -478,60 +694,107 @@ def plot_client_losses(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     -------
     Path
     """
+    return _save(_client_losses_figure(df, summary), path)
+
+
+def _client_end_steps(df: pd.DataFrame, summary: Mapping, clients: Sequence[tuple[int, str]]) -> dict[int, int]:
+    """Last step t each client was present (0: never), from the summary or, for older runs, the metrics."""
+    last = summary.get("client_last_step")
+    if isinstance(last, (list, tuple)) and clients and len(last) > max(m for m, _ in clients):
+        return {m: int(_num(last[m])) if np.isfinite(_num(last[m])) else 0 for m, _ in clients}
+    t = df["t"].to_numpy()
+    out = {}
+    for m, col in clients:
+        moved = np.flatnonzero(np.diff(np.r_[0.0, df[col].to_numpy(dtype=float)]) != 0)
+        out[m] = int(t[moved[-1]]) if len(moved) else 0
+    return out
+
+
+def _client_losses_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     _require(df, REQUIRED)
     summary = summary or {}
     units = _loss_units(summary)
+    df = df[df["t"] > 0]
     thin = _thin(df)
-    thin = thin[thin["t"] > 0]
     t = thin["t"].to_numpy(dtype=float)
-    clients = _client_columns(thin)
+    T = float(df["t"].iloc[-1]) if len(df) else 0.0
+    clients = _client_columns(df)
     M = len(clients)
     try:
         M = max(M, int(summary.get("n_clients", 0) or 0))
     except (TypeError, ValueError):
         pass
-    shown = clients[:MAX_CLIENTS]
+    ends = _client_end_steps(df, summary, clients)
+    empty = [m for m, _ in clients if ends[m] == 0]
+    with_rows = [(m, c) for m, c in clients if ends[m] > 0]
+    shown = with_rows[:MAX_CLIENTS]
     fig = _new_figure()
     ax = fig.add_subplot()
     network = thin["cum_loss"].to_numpy(dtype=float) / t
     palette = colormaps["viridis"]
     individual = len(shown) <= 8
     values = [network]
+    ended = []
     for i, (m, col) in enumerate(shown):
         avg = col.replace("_cum_loss", "_avg_loss")
         # clients of real tables can end early: average over the steps each client was present
         y = thin[avg].to_numpy(dtype=float) if avg in thin else thin[col].to_numpy(dtype=float) / t
-        values.append(y)
+        end = ends[m]
+        keep = t <= end
+        tt, yy = t[keep], y[keep]
+        at_end = df[df["t"] == end]
+        if end < T and len(at_end):      # the exact end point, even when thinning skipped it
+            row = at_end.iloc[-1]
+            y_end = float(row[avg]) if avg in df else float(row[col]) / end
+            tt, yy = np.r_[tt[tt < end], end], np.r_[yy[tt < end], y_end]
+            ended.append((end, y_end))
+        values.append(yy)
         colour = palette(i / max(1, len(shown) - 1) * 0.9)
-        ax.plot(t, y, color=colour, linewidth=0.8, alpha=0.75,
-                label=f"client {m}" if individual else None)
+        ax.plot(tt, yy, color=colour, linewidth=0.8, alpha=0.75, label=f"client {m}" if individual else None)
+        if end < T and len(at_end):
+            ax.plot([end], [y_end], linestyle="none", marker="x", color=colour, markersize=7, markeredgewidth=1.6,
+                    zorder=6)
     if shown and not individual:
-        note = f"clients (first {len(shown)} of {M} shown)" if M > len(shown) else f"clients 0–{shown[-1][0]}"
+        note = (f"clients (first {len(shown)} of {len(with_rows)} with rows shown)" if len(with_rows) > len(shown)
+                else f"clients {shown[0][0]}–{shown[-1][0]}")
         ax.plot([], [], color=palette(0.45), linewidth=0.8, label=note)
-    elif shown and M > len(shown):
-        ax.plot([], [], linestyle="none", label=f"(first {len(shown)} of {M} clients shown)")
+    if ended:
+        ax.plot([], [], linestyle="none", marker="x", color="0.25", markersize=7, markeredgewidth=1.6,
+                label=f"last step of a client whose table ended ({len(ended)} of {len(shown)})")
     ax.plot(t, network, color="black", linewidth=2.4, label="network (weighted mean over clients)", zorder=5)
-    # Robust y-range: the first few steps' averages can dwarf the rest.
-    stacked = np.concatenate([v[len(v) // 50:] for v in values]) if len(t) > 50 else np.concatenate(values)
-    stacked = stacked[np.isfinite(stacked)]
-    if stacked.size:
-        lo, hi = float(np.min(stacked)), float(np.quantile(stacked, 0.995))
-        pad = 0.06 * (hi - lo) if hi > lo else max(abs(hi), 1.0) * 0.1
-        ax.set_ylim(max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + pad)
+    finite = np.concatenate(values)
+    finite = finite[np.isfinite(finite)]
+    if finite.size:                      # every value from t = 1 on: nothing is clipped
+        lo, hi = float(finite.min()), float(finite.max())
+        if lo > 0 and hi / lo > 10:
+            ax.set_yscale("log")
+            ax.set_ylim(lo / 1.08, hi * 1.08)
+            ax.yaxis.set_major_formatter(_PlainLogFormatter())
+            ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.6)))
+        else:
+            pad = 0.05 * (hi - lo) if hi > lo else max(abs(hi), 1.0) * 0.1
+            ax.set_ylim(lo - pad, hi + pad)
     if len(t):
-        ax.set_xlim(float(t.min()), max(float(t.max()), float(t.min()) + 1))
-        _draw_drift(ax, _abrupt_steps(summary), float(t.min()), float(t.max()))
+        lo, hi = float(t.min()), max(float(t.max()), float(t.min()) + 1)
+        pad = 0.015 * (hi - lo)          # end crosses at the first or last step stay off the spines
+        ax.set_xlim(lo - pad, hi + pad)
+        _draw_drift(ax, summary, float(t.min()), float(t.max()))
     ax.set_xlabel("step t")
-    ax.set_ylabel(f"running average loss $\\frac{{1}}{{t}}\\sum_{{s\\leq t}} f_s$ ({units})")
+    ax.set_ylabel(f"running average loss ({units}{', log scale' if ax.get_yscale() == 'log' else ''})")
     _style(ax)
     _legend_below(fig, ax)
     title = f"{_run_name(summary)}: running average loss per client"
-    sub = f"M = {M} clients"
-    if M > len(shown):
-        sub += f"; only the first {len(shown)} are drawn"
+    sub = _clients_text(M)
+    if not clients:
+        sub += "; per-client columns not recorded (output.client_columns: false), network only"
+    elif len(with_rows) > len(shown):
+        sub += f"; only the first {len(shown)} clients with rows are drawn"
+    if empty:
+        names = ", ".join(str(m) for m in empty[:8]) + (", …" if len(empty) > 8 else "")
+        sub += f"; client{'s' if len(empty) > 1 else ''} {names} had no rows"
     sub += f"; final network average = {_fmt(network[-1] if len(network) else np.nan)} {units}"
     _titles(fig, ax, title, sub)
-    return _save(fig, path)
+    return fig
 
 
 _HET = (
@@ -567,6 +830,10 @@ def plot_heterogeneity(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     -------
     Path
     """
+    return _save(_heterogeneity_figure(df, summary), path)
+
+
+def _heterogeneity_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     _require(df, REQUIRED)
     summary = summary or {}
     het = summary.get("heterogeneity") if isinstance(summary.get("heterogeneity"), dict) else {}
@@ -604,7 +871,7 @@ def plot_heterogeneity(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
                 ha="center", va="center", color="0.4")
     if len(t):
         ax.set_xlim(float(t.min()), max(float(t.max()), float(t.min()) + 1))
-        _draw_drift(ax, _abrupt_steps(summary), float(t.min()), float(t.max()))
+        _draw_drift(ax, summary, float(t.min()), float(t.max()))
 
     # FedSEA's regime test: σ̄²/M ≥ L·K̄².
     try:
@@ -621,7 +888,13 @@ def plot_heterogeneity(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
         sign = "≥" if lhs >= rhs else "<"
         verdict = "parallelisation helps" if helps else "parallelisation does not help"
     else:
-        helps, sign, verdict = None, "vs", "regime undetermined (missing estimates)"
+        missing = [name for name, v in (("$\\bar{\\sigma}^2$", s2), ("$\\bar{K}^2$", k2), ("L", L)) if not np.isfinite(v)]
+        if not M:
+            missing.append("M")
+        helps, sign = None, "vs"
+        verdict = f"regime undetermined (no estimate of {', '.join(missing)})"
+        if not np.isfinite(s2):
+            verdict += "\nwithout a known population F, $\\sigma^2$ needs mini-batches of b ≥ 2"
     test = (f"$\\bar{{\\sigma}}^2/M$ = {_fmt(lhs)}  {sign}  $L\\,\\bar{{K}}^2$ = {_fmt(rhs)}"
             f"   (M = {M or 'n/a'}, L = {_fmt(L)})   ⇒ {verdict}")
     if zero:
@@ -631,14 +904,14 @@ def plot_heterogeneity(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     _style(ax)
     if not ax.get_legend_handles_labels()[0]:
         ax.plot([], [], linestyle="none", label="(no series to draw)")
-    leg = _legend_below(fig, ax, title=test, ncol=3)
+    leg = _legend_below(fig, ax, title=test)
     frame = leg.get_frame()
     frame.set_facecolor({True: "#eaf5ea", False: "#f8eded"}.get(helps, "white"))
     frame.set_edgecolor("0.6")
     _titles(fig, ax, f"{_run_name(summary)}: heterogeneity σ², ζ², K²",
             f"rolling mean over {window:,} step{'s' if window > 1 else ''}; "
             "FedSEA: parallelisation helps when $\\bar{\\sigma}^2/M \\geq L\\,\\bar{K}^2$")
-    return _save(fig, path)
+    return fig
 
 
 def render_run(run_dir: str | Path) -> list[Path]:
@@ -684,6 +957,12 @@ _METRIC_NAMES = {
     "regret_static": ("static regret", "best fixed in hindsight"),
     "regret_dynamic": ("dynamic regret", "per-step optimum"),
 }
+#: What each metric measures, for the axis labels of :func:`plot_sweep`.
+_METRIC_OF = {
+    "regret_expected": "of the clients' models, mean over clients",
+    "regret_static": "of the network loss (mean over clients)",
+    "regret_dynamic": r"of the average model $\bar{x}_t$",
+}
 _LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 1)))
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 
@@ -693,10 +972,11 @@ def plot_sweep(rows: Sequence[Mapping], path: str | Path, metric: str = "regret_
 
     Left panel: the regret curves against t, coloured by M (log colour scale)
     with one line style per ``label``. Right panel: the final regret against
-    M (log2 x axis), one line per ``label``. The tracker's network regret
-    weighs every client by 1/M, so ``final`` is already the regret per client
-    and is plotted as given; a dotted ∝ 1/√M guide is added when the values
-    are positive.
+    M (log2 x axis), one line per ``label``. Values are plotted as the tracker
+    computes them, and the axis labels say what that is: the static and
+    expected regrets weigh every client's loss by 1/M (the network loss),
+    the dynamic regret is that of the average model x̄_t. A dotted ∝ 1/√M
+    guide is added when the values are positive.
 
     Parameters
     ----------
@@ -720,6 +1000,10 @@ def plot_sweep(rows: Sequence[Mapping], path: str | Path, metric: str = "regret_
         If ``rows`` is empty, a row misses a key, or ``t`` and ``regret``
         differ in length.
     """
+    return _save(_sweep_figure(rows, metric), path)
+
+
+def _sweep_figure(rows: Sequence[Mapping], metric: str) -> Figure:
     if not rows:
         raise ValueError("plot_sweep needs at least one row.")
     for i, r in enumerate(rows):
@@ -749,7 +1033,7 @@ def plot_sweep(rows: Sequence[Mapping], path: str | Path, metric: str = "regret_
         left.plot(t[idx], y[idx], color=colour(int(r["M"])), linestyle=style[str(r["label"])], linewidth=1.5)
     left.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
     left.set_xlabel("step t")
-    left.set_ylabel(f"{name} (loss units)")
+    left.set_ylabel(f"{name} $R_t$ {_METRIC_OF.get(metric, '')} (loss units)".replace("  ", " "), fontsize=9.5)
     left.set_title(f"{name}{' [' + detail + ']' if detail else ''} over time", fontsize=10)
     _style(left)
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=left, pad=0.01, aspect=30)
@@ -789,11 +1073,55 @@ def plot_sweep(rows: Sequence[Mapping], path: str | Path, metric: str = "regret_
         right.set_xticks(Ms, [str(M) for M in Ms])
         right.xaxis.set_minor_locator(NullLocator())
     right.set_xlabel("number of clients M (log₂ scale)")
-    right.set_ylabel(f"final {name} per client, $R_T$ (loss units)")
+    right.set_ylabel(f"final {name} $R_T$ {_METRIC_OF.get(metric, '')} (loss units)".replace("  ", " "),
+                     fontsize=9.5)
     right.set_title(f"final {name} vs M", fontsize=10)
     _style(right)
     right.tick_params(which="minor", labelsize=8, colors="0.35")
     if right.get_legend_handles_labels()[0]:
         right.legend(fontsize=8.5, loc="best", framealpha=0.9)
     fig.suptitle("Benefit of parallelisation: regret vs number of clients M", fontsize=12.5, fontweight="bold")
-    return _save(fig, path)
+    return fig
+
+
+SWEEP_METRICS = ("regret_expected", "regret_static", "regret_dynamic")
+
+
+def render_sweep(sweep_dir: str | Path) -> Path:
+    """Render ``sweep.png`` of a sweep folder from its files.
+
+    Reads ``sweep.csv`` (one row per run: ``run`` folder name, ``label``,
+    ``M`` and the final value of the swept metric, one of
+    ``regret_expected``, ``regret_static``, ``regret_dynamic``) and, for the
+    curves, the metric column of each run's metrics file.
+
+    Parameters
+    ----------
+    sweep_dir : str or Path
+        The sweep folder written by ``streamfl run`` with a ``sweep:`` config.
+
+    Returns
+    -------
+    Path
+        ``<sweep_dir>/sweep.png``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``sweep.csv`` or a run's metrics file is missing.
+    ValueError
+        If ``sweep.csv`` lacks a column (``run``, ``label``, ``M``, a metric).
+    """
+    sweep_dir = Path(sweep_dir)
+    path = sweep_dir / "sweep.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"No 'sweep.csv' in the sweep folder {str(sweep_dir)!r}.")
+    table = pd.read_csv(path)
+    metric = next((m for m in SWEEP_METRICS if m in table.columns), None)
+    _require(table, ("run", "label", "M") + ((metric,) if metric else ("regret_static",)), source=str(path))
+    rows = []
+    for rec in table.to_dict("records"):
+        df = load_metrics(sweep_dir / str(rec["run"]), columns=[metric])
+        rows.append({"label": str(rec["label"]), "M": int(rec["M"]), "t": df["t"].to_numpy(),
+                     "regret": df[metric].to_numpy(dtype=float), "final": _num(rec[metric])})
+    return plot_sweep(rows, sweep_dir / "sweep.png", metric=metric)

@@ -28,7 +28,14 @@ from .sink import MetricsSink
 
 
 def build_learners(cfg: ExperimentConfig, stream) -> dict:
-    """FedSEA plus the configured baselines, all on the same stream."""
+    """FedSEA plus the configured baselines, all on the same stream.
+
+    Raises
+    ------
+    ValueError
+        For the ``river`` baseline with ``learner.radius``: River's models
+        have no projection, so they would not be the local-only learner.
+    """
     lc = cfg.learner
     eta = StepSize(lc.step_size.kind, lc.step_size.eta, lc.step_size.mu, lc.step_size.t0)
     M, d, task, K = stream.n_clients, stream.n_features, stream.task, stream.n_classes
@@ -45,6 +52,9 @@ def build_learners(cfg: ExperimentConfig, stream) -> dict:
         elif name == "centralized":
             learners[name] = Centralized(M, d, task, eta, K, lc.radius)
         elif name == "river":
+            if lc.radius is not None:
+                raise ValueError(f"baselines: river cannot be compared with learner.radius = {lc.radius}: River's "
+                                 f"models have no projection onto the ball; drop river from baselines or the radius")
             learners[name] = RiverClients(M, d, task, eta, K)
     return learners
 

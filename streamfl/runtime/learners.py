@@ -11,10 +11,10 @@ the clients' current models, shape (M, d, K).
 * :class:`Centralized` — one model on the pooled stream: at step t it sees the
   M·b samples of all clients one after another (client order), each tested
   then trained on. Sequential by nature, so it loops over the M·b samples.
-* :class:`RiverClients` — one River linear model per client, ``learn_one``
-  per sample, so results can be checked against the library users know. It
-  loops over clients and samples in Python by design; it is a reference,
-  not the engine.
+* :class:`RiverClients` — one River linear model per client with the same
+  model, step and loss as the local-only learner, so results can be checked
+  against the library users know. It loops over clients and samples in
+  Python by design; it is an opt-in reference, not the engine.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..aggregation import FedAvg, LocalOnly, Strategy
-from ..models import StackedLinear, StepSize, get_loss, project_l2_ball
+from ..models import StackedLinear, StepSize, loss_of_scores
 
 
 class Federated:
@@ -110,26 +110,88 @@ class Centralized:
 
 
 class _RiverSchedule:
-    """Adapter giving River's SGD our η_t (River counts steps from 0)."""
+    """A River scheduler that returns our η_t at the engine's step t.
 
-    def __new__(cls, step_size):
+    River's SGD asks its scheduler for the rate at the optimizer's own step
+    count. That count lags the global step t when a client sits steps out
+    (its table ended), and SoftmaxRegression keeps one count per class; so
+    the count is ignored and η_t is taken at ``clock()``, the step being
+    learned. ``clock`` is a function: River deep-copies optimizers, and a
+    function is shared by the copies, not copied.
+    """
+
+    def __new__(cls, step_size, clock):
         from river import optim
 
         class Schedule(optim.base.Scheduler):
             def get(self, t):
-                return step_size(t + 1)
+                return step_size(clock())
 
         return Schedule()
 
 
 class RiverClients:
-    """A River linear model per client, trained with ``learn_one``.
+    """A River linear model per client: River learns, our loss counts.
 
-    Least squares uses ``LinearRegression`` (River's squared loss is
-    (ŷ − y)², so its step is halved to match ½(ŷ − y)²), logistic uses
-    ``LogisticRegression``, softmax ``SoftmaxRegression``; no intercept
-    (streams that want one carry a constant feature) and no L2 penalty.
-    Projection is not applied. With b > 1 River takes b sequential steps.
+    A validation reference (opt-in baseline ``river``): River's own model and
+    SGD must give the local-only learner's numbers. So River gets the same
+    model and the same step, and its loss is computed like everyone else's:
+
+    * **models**: ``LinearRegression`` (least squares), ``LogisticRegression``
+      (logistic), ``SoftmaxRegression`` (softmax), each with ``optim.SGD``,
+      no intercept (streams that want one carry a constant feature), no L2
+      penalty, no gradient clipping. River's squared loss is (ŷ − y)², so its
+      η is halved to step on ½(ŷ − y)². SoftmaxRegression only models the
+      classes it has seen (a class seen for the first time has probability 0,
+      and its log loss is clamped at −ln(1e−15) = 34.5 nats); its weight table
+      is therefore filled with all K classes before the first sample, which
+      makes it the K-class model started at zero that the clients run.
+    * **step**: η_t at the global step t (see :class:`_RiverSchedule`). With
+      b = 1, ``learn_one``. With b > 1, one step on the mini-batch mean
+      gradient, like the clients: ``learn_many`` for LinearRegression and
+      LogisticRegression (River's GLM mini-batch step is exactly that).
+      SoftmaxRegression has no ``learn_many``; its equivalent here takes
+      River's ``CrossEntropy`` gradient of every sample at the same weights,
+      averages them, and lets each class's River optimizer take one step with
+      the mean (``learn_one``'s update, on the mean gradient).
+    * **loss**: River's raw scores (``_raw_dot_one`` / ``_raw_dot_many`` for the
+      GLMs, the per-class dot products ``utils.math.dot`` for softmax) charged with
+      :func:`streamfl.models.loss_of_scores`, the function the clients use:
+      no probability clipping, no 34.5-nat cap.
+
+    What remains is River's own gradient arithmetic: ``Log.gradient`` (b = 1)
+    returns ±1 for a margin beyond −18 instead of ±(1 − e^(−|z|)), at most
+    1.5e-8 off, and ``CrossEntropy.gradient`` clamps probabilities to
+    [1e-15, 1 − 1e-15]. With ordinary scores River equals local-only SGD to
+    rounding (tests/test_river_baseline.py). River has no projection, so
+    :func:`streamfl.runtime.experiment.build_learners` refuses it with
+    ``learner.radius``.
+
+    Cost: a Python loop over clients and samples, O(M·b·d) dictionary
+    operations per step; measured with d = 10: 6 µs per client-sample with
+    ``learn_one`` (40 µs for softmax with K = 3), and about 0.4 ms per client
+    and step with ``learn_many`` (River converts a DataFrame per call). It is
+    not the engine.
+
+    Parameters
+    ----------
+    n_clients, n_features : int
+        M, d.
+    task : {"least_squares", "logistic", "softmax"}
+    step_size : StepSize
+        η_t, indexed by the global step t = 1, 2, ….
+    n_classes : int
+        K (softmax).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from streamfl.models import StepSize
+    >>> river = RiverClients(2, 1, "least_squares", StepSize("constant", eta=0.5))
+    >>> river.step(np.ones((2, 1, 1)), np.array([[2.0], [4.0]]), t=1)
+    array([2., 8.])
+    >>> river.models[:, 0, 0]                     # the same step as StackedLinear's
+    array([1., 2.])
     """
 
     def __init__(self, n_clients, n_features, task, step_size: StepSize, n_classes=1):
@@ -137,39 +199,81 @@ class RiverClients:
 
         self.task, self.d = task, n_features
         self.names = [f"x{i}" for i in range(n_features)]
-        self.loss_fn = get_loss(task)
-        self.n_classes = n_classes
+        self.K = n_classes if task == "softmax" else 1
+        self.t = 0
+        clock = self._clock()
         half = StepSize(step_size.kind, step_size.eta / 2, step_size.mu * 2, step_size.t0)
+        glm = dict(intercept_lr=0.0, l2=0.0, clip_gradient=float("inf"))
 
         def make():
             if task == "least_squares":
-                return linear_model.LinearRegression(optimizer=optim.SGD(_RiverSchedule(half)), intercept_lr=0.0, l2=0.0)
+                return linear_model.LinearRegression(optimizer=optim.SGD(_RiverSchedule(half, clock)), **glm)
             if task == "logistic":
-                return linear_model.LogisticRegression(optimizer=optim.SGD(_RiverSchedule(step_size)), intercept_lr=0.0, l2=0.0)
-            return linear_model.SoftmaxRegression(optimizer=optim.SGD(_RiverSchedule(step_size)), l2=0.0)
+                return linear_model.LogisticRegression(optimizer=optim.SGD(_RiverSchedule(step_size, clock)), **glm)
+            model = linear_model.SoftmaxRegression(optimizer=optim.SGD(_RiverSchedule(step_size, clock)), l2=0.0)
+            for k in range(self.K):       # all K classes from the start (see the class docstring)
+                model.weights[k]
+                model.optimizers[k]
+            return model
 
         self.clients = [make() for _ in range(n_clients)]
 
-    def _loss(self, model, x, y):
-        if self.task == "least_squares":
-            return 0.5 * (model.predict_one(x) - y) ** 2
-        proba = model.predict_proba_one(x)
-        if self.task == "logistic":
-            p = proba.get(True, 0.5)
-            p = min(max(p, 1e-15), 1 - 1e-15)
-            return -np.log(p) if y == 1 else -np.log(1 - p)
-        p = proba.get(int(y), 0.0) if proba else 1.0 / max(self.n_classes, 1)
-        return -np.log(max(p, 1e-15))
+    def _clock(self):
+        def now():
+            return self.t
+        return now
+
+    @property
+    def models(self) -> np.ndarray:
+        """River's current weights, shape (M, d, K) (a copy)."""
+        if self.task == "softmax":
+            return np.array([[[model.weights[k].get(n, 0.0) for k in range(self.K)] for n in self.names]
+                             for model in self.clients])
+        return np.array([model._weights.to_numpy(self.names) for model in self.clients])[..., None]
 
     def step(self, X, y, t, mask=None):
+        """Test-then-train every present client; returns the mini-batch mean losses (M,), 0 if absent."""
+        import pandas as pd
+
         M, b, _ = X.shape
-        losses = np.zeros(M)
+        self.t = t
+        scores = np.zeros((M, b, self.K))
         for m, model in enumerate(self.clients):
             if mask is not None and not mask[m]:
                 continue
-            for j in range(b):
-                x = dict(zip(self.names, X[m, j].tolist()))
-                target = float(y[m, j]) if self.task == "least_squares" else (bool(y[m, j]) if self.task == "logistic" else int(y[m, j]))
-                losses[m] += self._loss(model, x, target)
-                model.learn_one(x, target)
-        return losses / b
+            if self.task == "softmax":
+                scores[m] = self._softmax_step(model, X[m], y[m])
+                continue
+            if b == 1:
+                x = dict(zip(self.names, X[m, 0].tolist()))
+                scores[m, 0, 0] = model._raw_dot_one(x)
+                model.learn_one(x, float(y[m, 0]))
+            else:
+                scores[m, :, 0] = model._raw_dot_many(X[m], self.names)
+                with np.errstate(over="ignore"):      # Log.gradient's exp(z) at huge z: the gradient is then 0, exactly
+                    model.learn_many(pd.DataFrame(X[m], columns=self.names), pd.Series(y[m]))
+        losses = loss_of_scores(self.task, scores, y).mean(axis=1)
+        if mask is not None:
+            losses = np.where(mask, losses, 0.0)
+        return losses
+
+    def _softmax_step(self, model, X, y):
+        """One client's softmax scores (b, K) before the step, then the step (see the class docstring)."""
+        from river import utils
+
+        xs = [dict(zip(self.names, row.tolist())) for row in X]
+        labels = [int(v) for v in y]
+        scores = np.array([[utils.math.dot(model.weights[k], x) for k in range(self.K)] for x in xs])
+        if len(xs) == 1:
+            model.learn_one(xs[0], labels[0])
+            return scores
+        b = len(xs)
+        mean = {k: dict.fromkeys(self.names, 0.0) for k in range(self.K)}
+        for x, label in zip(xs, labels):
+            for k, g in model.loss.gradient(y_true=label, y_pred=model.predict_proba_one(x)).items():
+                row = mean[k]
+                for name, xi in x.items():
+                    row[name] += xi * g / b
+        for k in range(self.K):
+            model.weights[k] = model.optimizers[k].step(w=model.weights[k], g=mean[k])
+        return scores

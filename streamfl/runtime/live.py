@@ -9,6 +9,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 
 def _fmt(x) -> str:
@@ -64,16 +65,33 @@ class LiveView:
         r.add_column("R_t/√t", justify="right")
         labels = {"static": "best fixed model (hindsight)" + ("" if tracker.hindsight else ", live estimate"),
                   "expected": "expected, FedSEA eq. (3)", "dynamic": "per-step optimum (dynamic)"}
+        notes = []
         for key, label in labels.items():
             v = st.regret.get(key)
-            r.add_row(label, _fmt(v), _fmt(v / math.sqrt(st.t) if v is not None and st.t else None))
+            if v is not None and math.isfinite(v):
+                r.add_row(label, _fmt(v), _fmt(v / math.sqrt(st.t) if st.t else None))
+                continue
+            method = getattr(tracker, f"{key}_method", "")
+            if "at the end" in method:
+                r.add_row(label, "at end*", "at end*")
+                notes.append("* computed at the end of the run for the logistic loss (exact solve over the "
+                             "recorded optima); not tracked per step")
+            else:
+                r.add_row(label, "n/a†", "n/a†")
+                notes.append("† needs a synthetic source (the population loss F is unknown)")
         h = st.heterogeneity
         het = Table(show_header=True, expand=False)
         for col in ("σ̄²", "ζ̄²", "K̄²", "L", "σ̄²/M ≥ L·K̄²"):
             het.add_column(col, justify="right")
+        helps = h.get("parallelisation_helps")
         het.add_row(_fmt(h.get("sigma2_mean")), _fmt(h.get("zeta2_mean")), _fmt(h.get("K2_mean")), _fmt(h.get("L")),
-                    "yes" if h.get("parallelisation_helps") else "no")
-        return Group(t, r, het)
+                    {True: "yes", False: "no"}.get(helps, "undetermined"))
+        if helps is None and st.t:
+            missing = [name for name, key in (("σ̄²", "sigma2_mean"), ("K̄²", "K2_mean"), ("L", "L"))
+                       if not math.isfinite(h.get(key, float("nan")))]
+            notes.append(f"regime undetermined: no estimate of {', '.join(missing)}"
+                         + (" (without a known population F, σ² needs b ≥ 2)" if "σ̄²" in missing else ""))
+        return Group(t, r, het, *(Text(n, style="dim") for n in dict.fromkeys(notes)))
 
     def __call__(self, tracker, stream=None) -> None:
         self.dropped = int(getattr(stream, "n_dropped_", 0) or 0)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..config import apply_override, config_data, parse_config
+from ..config import apply_override, config_data, dump_config, parse_config
 from ..generators.build import build_stream
 from .experiment import new_run_dir, run_experiment
 from .header import describe_inputs, header_lines
@@ -20,24 +20,33 @@ def _folder_part(text: str) -> str:
     return text.replace("=", "-")
 
 
-def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True) -> dict:
-    """Run every combination in ``cfg.sweep.parameters``; write ``sweep.csv`` and
-    ``sweep.png`` into the sweep folder and one run folder per combination.
+def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plots: bool | None = None) -> dict:
+    """Run every combination in ``cfg.sweep.parameters``; write ``config.yaml``
+    (the sweep), ``sweep.csv``, one run folder per combination and, with plots,
+    ``sweep.png`` and each run's plots.
 
-    Returns a dict with ``dir``, ``plot``, ``rows`` (final metric per run).
+    Parameters
+    ----------
+    plots : bool or None
+        Override ``cfg.output.plots``.
+
+    Returns a dict with ``dir``, ``plot`` (None without plots), ``rows``
+    (final metric per run).
     """
     from rich.progress import Progress
 
-    from ..report.plots import plot_sweep
+    from ..report.plots import render_sweep
 
     sweep = cfg.sweep
+    plots = cfg.output.plots if plots is None else plots
     root = Path(out) if out else new_run_dir(cfg)
     root.mkdir(parents=True, exist_ok=True)
     base = config_data(cfg)
+    (root / "config.yaml").write_text(dump_config(cfg))
     base.pop("sweep")
     keys = list(sweep.parameters)
     combos = list(itertools.product(*(range(len(sweep.parameters[k])) for k in keys)))
-    rows, curves = [], []
+    rows = []
     # Build and validate every combination before running any, so a bad value
     # stops the sweep at once instead of after hours of runs.
     plan = []
@@ -58,15 +67,13 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True) -> 
     with Progress(console=console, disable=not live) as progress:
         task = progress.add_task(f"sweep {cfg.name}", total=len(combos))
         for sub, parts, label_parts, M in plan:
+            run_dir = root / "-".join(parts)
             stream = build_stream(sub)
             if console is not None:
                 console.print(f"{sub.name}:", highlight=False, soft_wrap=True)
                 for line in header_lines(describe_inputs(sub, stream)):
                     console.print(f"  {line}", highlight=False, soft_wrap=True)
-            summary = run_experiment(sub, root / "-".join(parts), plots=False, stream=stream)
-            df = pd.read_csv(root / "-".join(parts) / summary["metrics_file"], usecols=["t", sweep.metric]) \
-                if summary["metrics_file"].endswith(".csv") else \
-                pd.read_parquet(root / "-".join(parts) / summary["metrics_file"], columns=["t", sweep.metric])
+            summary = run_experiment(sub, run_dir, plots=plots, stream=stream)
             final = summary.get(sweep.metric)
             M = M or summary["n_clients"]
             label = ", ".join(label_parts) or cfg.name
@@ -74,10 +81,7 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True) -> 
                          "sigma2_mean": summary["heterogeneity"]["sigma2_mean"],
                          "K2_mean": summary["heterogeneity"]["K2_mean"],
                          "parallelisation_helps": summary["heterogeneity"]["parallelisation_helps"]})
-            curves.append({"label": label, "M": M, "t": df["t"].to_numpy(), "regret": df[sweep.metric].to_numpy(),
-                           "final": final})
             progress.advance(task)
     pd.DataFrame(rows).to_csv(root / "sweep.csv", index=False)
-    plot = root / "sweep.png"
-    plot_sweep(curves, plot, metric=sweep.metric)
-    return {"dir": str(root), "plot": str(plot), "rows": rows}
+    plot = render_sweep(root) if plots else None
+    return {"dir": str(root), "plot": None if plot is None else str(plot), "rows": rows}
