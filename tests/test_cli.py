@@ -116,7 +116,7 @@ def test_the_run_header_and_summary_say_how_a_file_was_read(tmp_path):
     proc = _cli(tmp_path, "run", "--config", "exp.yaml", "--no-live", "--out", "run")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[:6] == [
-        f"input: file {tmp_path / 'data.csv'} → T = 2 steps, M = 1 clients, d = 2 features, b = 2",
+        f"input: file {tmp_path / 'data.csv'} → T = 2 steps, M = 1 client, d = 2 features incl. an intercept, b = 2",
         "task: least_squares, inferred: label 'y' holds numbers that are not whole (e.g. 0.5), so a regression "
         "target → least_squares",
         "columns: number x1 · label y (regression target in its own units)",

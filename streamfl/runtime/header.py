@@ -76,11 +76,12 @@ def describe_inputs(cfg, stream) -> dict:
         rows = {"read": int(stream.n_rows_), "streamed": int(stream.n_rows_) - dropped - beyond,
                 "dropped_incomplete_batches": dropped, "beyond_steps": beyond}
         if cfg.steps is not None and stream.n_steps < cfg.steps:
-            notes.append(f"the table gives T = {stream.n_steps} steps, fewer than steps: {cfg.steps}")
+            notes.append(f"the table gives T = {_count(stream.n_steps, 'step')}, fewer than steps: {cfg.steps}")
     return {
         "source": _source_text(src),
         "shape": {"n_steps": int(stream.n_steps), "n_clients": int(stream.n_clients),
-                  "n_features": int(stream.n_features), "batch_size": int(stream.batch_size)},
+                  "n_features": int(stream.n_features), "batch_size": int(stream.batch_size),
+                  "intercept": bool(getattr(stream, "has_intercept", False))},
         "task": task,
         "columns": [dict(c) for c in stream.columns_],
         "rows": rows,
@@ -92,6 +93,11 @@ def describe_inputs(cfg, stream) -> dict:
 def _names(names: list[str], limit: int = 12) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 step``, ``2 steps``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def header_lines(inputs: dict) -> list[str]:
@@ -120,8 +126,9 @@ def header_lines(inputs: dict) -> list[str]:
     note: 1 row not streamed
     """
     sh = inputs["shape"]
-    lines = [f"input: {inputs['source']} → T = {sh['n_steps']} steps, M = {sh['n_clients']} clients, "
-             f"d = {sh['n_features']} features, b = {sh['batch_size']}"]
+    lines = [f"input: {inputs['source']} → T = {_count(sh['n_steps'], 'step')}, "
+             f"M = {_count(sh['n_clients'], 'client')}, d = {_count(sh['n_features'], 'feature')}"
+             + (" incl. an intercept" if sh.get("intercept") else "") + f", b = {sh['batch_size']}"]
     t = inputs["task"]
     lines.append(f"task: {t['value']}, inferred: {t['rule']}" if t["source"] == "inferred"
                  else f"task: {t['value']} ({'source.task' if t['source'] == 'config' else 'default of source.task'})")

@@ -156,7 +156,7 @@ def test_separate_roles_read_a_file_source_as_the_embedded_run(tmp_path):
         delete_state_topic(BOOTSTRAP, run_id)
     lines = out.splitlines()
     assert lines[0] == f"input: file {tmp_path / 'exp' / 'data' / 't.csv'} → T = 10 steps, M = 2 clients, " \
-                       f"d = 2 features, b = 2"
+                       f"d = 2 features incl. an intercept, b = 2"
     assert "note: 1 row not streamed: the last mini-batch of 1 client had fewer than b = 2 rows (only full " \
            "mini-batches are streamed)" in lines
     assert "dropped column note: text (row 1: 'abc'); list it in categorical to one-hot encode it" in lines
