@@ -13,7 +13,8 @@ from streamfl.report import load_metrics, plot_sweep, render_run
 from streamfl.report.plots import MAX_POINTS, _thin_index
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-PLOTS = ("regret.png", "regret_over_sqrt_t.png", "client_losses.png", "heterogeneity.png")
+PLOTS = ("regret.png", "regret_over_sqrt_t.png", "client_losses.png", "heterogeneity.png", "decomposition.png",
+         "client_regret.png")
 
 
 def synthetic_run(T: int = 2000, M: int = 5, seed: int = 0, baselines=("tau1", "local", "centralized"),
@@ -83,7 +84,7 @@ def assert_png(path, min_height: int = 300):
     assert img.ndim == 3 and img.shape[0] > min_height, (path, img.shape)
 
 
-def test_render_run_writes_four_pngs(tmp_path):
+def test_render_run_writes_six_pngs(tmp_path):
     run = write_run(tmp_path / "run", *synthetic_run())
     paths = render_run(run)
     assert [p.name for p in paths] == list(PLOTS)
