@@ -564,7 +564,8 @@ class LeastSquaresPopulation(_Population):
         x, _ = self._xw(x, w)
         d = self._dim
         out = np.zeros(x.shape[:-1] + (d, d))
-        out[..., np.arange(d), np.arange(d)] = self._s(scale) ** 2
+        s2 = self._s(scale) ** 2
+        out[..., np.arange(d), np.arange(d)] = s2 if scale is None else np.broadcast_to(s2, x.shape[:-1])[..., None]
         return out
 
     def curvature(self, x, scale=None) -> np.ndarray:
@@ -987,7 +988,8 @@ class LogisticPopulation(_Population):
             Client optima, block by block (a single ndarray of shape
             (n, M, d) is one block). Only one pass is made.
         weights_blocks : iterable of array_like (n_i, M), or callable, optional
-            c_{t,m} ≥ 0 for the matching blocks (broadcastable); default 1/M.
+            c_{t,m} ≥ 0 for the matching blocks (broadcastable); default 1/M
+            (1 with ``per_client``).
         radius : float, optional
             L2-ball radius D ≥ 0; ``None`` for no constraint.
         scale_blocks : iterable of array_like (n_i, M), or callable, optional
@@ -1056,6 +1058,8 @@ class LogisticPopulation(_Population):
         def absorb(w, c, s):
             nonlocal B, top
             M = w.shape[1]
+            if per_client and weights_blocks is None:
+                c = np.ones_like(c)             # each client alone: weight 1 per step
             if B is None:
                 rows = M if per_client else 1
                 B, top = np.zeros((rows, d)), np.zeros(rows)
