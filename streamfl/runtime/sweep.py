@@ -50,7 +50,7 @@ def measured_share(R1: float, RM: float, M: int) -> float:
     R(M) ≤ 2 R(1)/(M + 1) (a fall of at least 60 % at M = 4, 88 % at M = 16).
 
     >>> round(measured_share(643.1, 54.4, 16), 3)
-    0.722
+    0.721
     """
     if not (M > 1 and np.isfinite(R1) and np.isfinite(RM) and RM > 0):
         return math.nan
