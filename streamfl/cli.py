@@ -114,6 +114,13 @@ def _print_summary(summary: dict, finished: bool = True):
             console.print(f"{key.replace('_', ' ')}: {v:.4f}")
     for name, gap in summary.get("gaps", {}).items():
         console.print(f"loss gap FedSEA − {name}: {gap:+.4f}")
+    reg = (summary.get("heterogeneity") or {}).get("regime") or {}
+    if reg:
+        verdict = {True: "helps", False: "does not help"}.get(reg.get("parallelisation_helps"),
+                                                              f"undetermined ({reg.get('reason')})")
+        console.print(f"parallelisation: noise term {reg.get('noise_term', float('nan')):.4g} vs temporal "
+                      f"{reg.get('temporal_term', float('nan')):.4g} + transient {reg.get('transient_term', float('nan')):.4g} "
+                      f"{reg.get('units', '')} ⇒ {verdict}", soft_wrap=True)
     for p in summary.get("plots", []):
         console.print(f"plot: {p}", soft_wrap=True)
 
