@@ -118,9 +118,9 @@ def _print_summary(summary: dict, finished: bool = True):
     if reg:
         verdict = {True: "helps", False: "does not help"}.get(reg.get("parallelisation_helps"),
                                                               f"undetermined ({reg.get('reason')})")
-        console.print(f"parallelisation: noise term {reg.get('noise_term', float('nan')):.4g} vs temporal "
-                      f"{reg.get('temporal_term', float('nan')):.4g} + transient {reg.get('transient_term', float('nan')):.4g} "
-                      f"{reg.get('units', '')} ⇒ {verdict}", soft_wrap=True)
+        num = lambda key: "n/a" if reg.get(key) is None else f"{reg[key]:.4g}"  # noqa: E731 (JSON null = n/a)
+        console.print(f"parallelisation: noise term {num('noise_term')} vs temporal {num('temporal_term')} + "
+                      f"transient {num('transient_term')} {reg.get('units', '')} ⇒ {verdict}", soft_wrap=True)
     for p in summary.get("plots", []):
         console.print(f"plot: {p}", soft_wrap=True)
 

@@ -680,8 +680,13 @@ def plot_heterogeneity(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     if np.isfinite(N) and np.isfinite(V):
         rest = V + (P if np.isfinite(P) else 0.0)
         sign = "≥" if N >= rest else "<"
-        test = (f"noise term N = {_fmt(N)}  {sign}  temporal V = {_fmt(V)} + transient P = {_fmt(P)} ({units})"
-                f"  ⇒  {verdict}\n"
+
+        def pm(x, key):
+            se = _num(regime.get(key))
+            return _fmt(x) + (f" ± {_fmt(se)}" if np.isfinite(se) and het.get("estimator", "").startswith("emp")
+                              else "")
+        test = (f"noise term N = {pm(N, 'noise_term_se')}  {sign}  temporal V = {pm(V, 'temporal_term_se')}"
+                f" + transient P = {_fmt(P)} ({units})\n⇒  {verdict}\n"
                 f"(M = {summary.get('n_clients', 'n/a')}, curvature ℓ = {_fmt(regime.get('curvature'))} {units} "
                 f"per model unit², σ² at the {regime.get('sigma2_used', 'n/a')})")
     else:
@@ -697,6 +702,8 @@ def plot_heterogeneity(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
             if not _has_data(df, col):
                 continue
             y = df[col].to_numpy(dtype=float)
+            if not np.any(y[np.isfinite(y)] > 0):
+                label += f"  (≤ 0 here, not drawn on the log scale: {_fmt(y[np.isfinite(y)][-1])})"
             ax2.plot(tt[idx], y[idx], color=colour, linewidth=1.7, label=label)
             _band(ax2, df.iloc[idx], col, colour, tt[idx])
         if np.isfinite(P) and P > 0:
