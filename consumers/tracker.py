@@ -51,7 +51,7 @@ from typing import Callable
 import numpy as np
 
 from streamfl.regret import RegretTracker
-from streamfl.runtime.experiment import MAIN, _jsonable
+from streamfl.runtime.experiment import MAIN, _jsonable, tracker_learner
 from streamfl.runtime.header import describe_inputs
 from streamfl.runtime.sink import MetricsSink
 from streamfl.transport.format import FormatError, Loss, decode
@@ -249,7 +249,7 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
     sink = MetricsSink(run_dir, cfg.output.format)
     tracker = RegretTracker(stream, MAIN, [MAIN], radius=cfg.learner.radius, sink=sink,
                             spool_dir=str(run_dir / "spool"), reservoir_size=cfg.reservoir_size, seed=cfg.seed,
-                            client_columns=cfg.output.client_columns)
+                            client_columns=cfg.output.client_columns, **tracker_learner(cfg))
     assembler = LossAssembler(M, stream.n_features, K)
     fingerprint = config_fingerprint(cfg, learner=True)
     reader = make_reader(bootstrap, f"streamfl-{run_id}-tracker", topics.loss)

@@ -43,6 +43,7 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         out: Optional[Path] = typer.Option(None, "--out", help="Run folder (default: <output.dir>/<name>-<timestamp>)."),
         steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Override the number of steps T."),
         seed: Optional[int] = typer.Option(None, "--seed", min=0, help="Override the seed."),
+        seeds: Optional[int] = typer.Option(None, "--seeds", min=1, help="Run N seeds (seed, seed+1, …) in parallel processes; report mean ± 95% t-interval (overrides the config's seeds)."),
         live: bool = typer.Option(True, "--live/--no-live", help="Show the live regret view."),
         plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots at the end."),
         broker: Optional[str] = typer.Option(None, "--broker", help="Run FedSEA over this Kafka broker (HOST:PORT) instead of embedded; baselines are skipped."),
@@ -51,6 +52,8 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         keep_topics: bool = typer.Option(False, "--keep-topics", help="With --broker: keep the run's topics on the broker (e.g. to `streamfl replay` its data topic later; the run id is in summary.json under transport.run_id)."),
         metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535, help="With --broker: serve the tracker's Prometheus metrics on this port (e.g. 9464) during the run.")):
     """Run an experiment (embedded mode, or over Kafka with --broker) and write a run folder."""
+    if broker is not None and seeds not in (None, 1):
+        _fail("--seeds runs embedded; over Kafka run one seed per run (--seed)")
     if broker is not None:
         return _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep_topics, metrics_port,
                                producers)
@@ -64,11 +67,20 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
     from .runtime.live import LiveView
     from .runtime.sweep import run_sweep
     try:
+        if seeds is not None:
+            cfg = cfg.model_copy(update={"seeds": seeds})
         if cfg.sweep is not None:
             result = run_sweep(cfg, out, console=console, live=live, plots=plots and cfg.output.plots)
             console.print(f"[bold green]sweep done[/] → {result['dir']}")
             if result["plot"]:
                 console.print(f"comparison plot: {result['plot']}")
+            if result.get("agreement"):
+                console.print(result["agreement"]["text"], soft_wrap=True)
+            return
+        if cfg.seeds > 1:
+            from .runtime.seeds import run_seeds
+            summary = run_seeds(cfg, out, console=console, live=live, plots=plots and cfg.output.plots)
+            _print_seeds(summary)
             return
         from .runtime.experiment import build_stream
         stream = build_stream(cfg)
@@ -133,11 +145,33 @@ def _print_summary(summary: dict, finished: bool = True):
             console.print(f"{key.replace('_', ' ')}: {v:.4f}{how}")
         elif method:
             console.print(f"{key.replace('_', ' ')}: n/a{how}")
-    helps = (summary.get("heterogeneity") or {}).get("parallelisation_helps", "missing")
-    if helps != "missing":
-        console.print("parallelisation helps (σ̄²/M ≥ L·K̄²): " + {True: "yes", False: "no"}.get(helps, "undetermined"))
     for name, gap in summary.get("gaps", {}).items():
         console.print(f"loss gap FedSEA − {name}: {gap:+.4f}")
+    reg = (summary.get("heterogeneity") or {}).get("regime") or {}
+    if reg:
+        verdict = {True: "helps", False: "does not help"}.get(reg.get("parallelisation_helps"),
+                                                              f"undetermined ({reg.get('reason')})")
+        num = lambda key: "n/a" if reg.get(key) is None or reg[key] != reg[key] else f"{reg[key]:.4g}"  # noqa: E731
+        console.print(f"parallelisation: noise term {num('noise_term')} vs temporal {num('temporal_term')} + "
+                      f"transient {num('transient_term')} {reg.get('units', '')} ⇒ {verdict}", soft_wrap=True)
+    for p in summary.get("plots", []):
+        console.print(f"plot: {p}", soft_wrap=True)
+
+
+def _print_seeds(summary: dict):
+    """Mean ± 95 % t-interval half-width of the headline figures of a seeds run."""
+    iv = summary["intervals"]
+    console.print(f"\n[bold green]done[/]: {len(summary['seeds'])} seeds {summary['seeds']} → {summary['run_dir']}",
+                  soft_wrap=True)
+    console.print(f"[dim]{summary['interval']}[/dim]")
+    keys = ["regret_static", "regret_expected", "regret_dynamic", "regret_expected_virtual", "consensus_part",
+            "heterogeneity.regime.noise_term", "heterogeneity.regime.temporal_term"]
+    keys += [k for k in iv if k.startswith("gaps.")]
+    for key in keys:
+        r = iv.get(key)
+        if r and r["n"] and r["mean"] == r["mean"]:
+            half = (r["hi"] - r["mean"]) if r["hi"] == r["hi"] else float("nan")
+            console.print(f"{key.replace('_', ' ')}: {r['mean']:.4f} ± {half:.4f}  (n = {r['n']})")
     for p in summary.get("plots", []):
         console.print(f"plot: {p}", soft_wrap=True)
 

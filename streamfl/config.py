@@ -31,22 +31,38 @@ class _Model(BaseModel):
 
 
 # ----------------------------------------------------------------------------- drift
+# Client-specific drift (every schedule but adaptive): which clients move, how late, how fast
+# (default: the shared centre). Declared after each schedule's own fields, so dumps read kind first.
+_Clients = Annotated[list[Annotated[int, Field(ge=0)]] | None, Field(None)]
+_Delay = Annotated[int, Field(0, ge=0)]
+_Speeds = Annotated[list[float] | None, Field(None)]
+
+
 class AbruptDrift(_Model):
     """Switch to a new random optimum at the given steps (0-based)."""
     kind: Literal["abrupt"]
     at: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    clients: _Clients = None
+    delay: _Delay = 0
+    speeds: _Speeds = None
 
 
 class RotationDrift(_Model):
     """Rotate the optimum by ``speed`` radians per step."""
     kind: Literal["rotation"]
     speed: float
+    clients: _Clients = None
+    delay: _Delay = 0
+    speeds: _Speeds = None
 
 
 class LinearDrift(_Model):
     """Move the optimum ``speed`` units per step along a fixed direction."""
     kind: Literal["linear"]
     speed: float
+    clients: _Clients = None
+    delay: _Delay = 0
+    speeds: _Speeds = None
 
 
 class PeriodicDrift(_Model):
@@ -54,18 +70,49 @@ class PeriodicDrift(_Model):
     kind: Literal["periodic"]
     amplitude: float
     period: float = Field(gt=0)
+    clients: _Clients = None
+    delay: _Delay = 0
+    speeds: _Speeds = None
 
 
 class RandomWalkDrift(_Model):
     """Gaussian random walk with RMS move ``step`` units per step."""
     kind: Literal["random_walk"]
     step: float = Field(ge=0)
+    clients: _Clients = None
+    delay: _Delay = 0
+    speeds: _Speeds = None
 
 
 class AdaptiveDrift(_Model):
-    """Move each client's optimum ``budget`` units per step away from its model."""
+    """Move the optima ``budget`` units per step (RMS over clients), against FedSEA's models;
+    ``target`` chooses what the budget buys (own / centre / spread / both)."""
     kind: Literal["adaptive"]
     budget: float = Field(ge=0)
+    target: Literal["own", "centre", "spread", "both"] = "own"
+
+
+class HeterogeneityChangeConfig(_Model):
+    """ζ over time: ``ramp`` from ζ to ``to`` between ``start`` and ``end``, or ``periodic``."""
+    kind: Literal["ramp", "periodic"]
+    start: int = Field(0, ge=0)
+    end: int = Field(0, ge=0)
+    to: float = Field(0.0, ge=0)
+    amplitude: float = 0.0
+    period: float = Field(1.0, gt=0)
+
+
+class CovariateShiftConfig(_Model):
+    """Feature-scale factors from the steps ``at`` on (covariate shift), for all or listed clients."""
+    at: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    factors: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
+    clients: list[Annotated[int, Field(ge=0)]] | None = None
+
+
+class TailsConfig(_Model):
+    """Heavy tails: standardised Student-t with ``df`` degrees of freedom on features, noise or both."""
+    df: float = Field(gt=2)
+    on: Literal["features", "noise", "both"] = "both"
 
 
 Drift = Annotated[Union[AbruptDrift, RotationDrift, LinearDrift, PeriodicDrift, RandomWalkDrift, AdaptiveDrift],
@@ -79,11 +126,46 @@ class SyntheticSource(_Model):
     task: Literal["least_squares", "logistic"] = "logistic"
     clients: int = Field(8, ge=1)
     dim: int = Field(10, ge=1)
-    noise: float = Field(1.0, ge=0)
+    noise: Union[Annotated[float, Field(ge=0)], list[Annotated[float, Field(ge=0)]]] = 1.0
     heterogeneity: float = Field(0.5, ge=0)
     radius: float = Field(2.0, ge=0)
-    feature_scale: float = Field(1.0, gt=0)
+    feature_scale: Union[Annotated[float, Field(gt=0)], list[Annotated[float, Field(gt=0)]]] = 1.0
     drift: list[Drift] = Field(default_factory=list)
+    heterogeneity_change: HeterogeneityChangeConfig | None = None
+    covariate: list[CovariateShiftConfig] = Field(default_factory=list)
+    tails: TailsConfig | None = None
+    adversary: Literal["stochastic", "dirac"] = "stochastic"
+
+    @model_validator(mode="after")
+    def _per_client_and_task(self):
+        for name in ("noise", "feature_scale"):
+            v = getattr(self, name)
+            if isinstance(v, list) and len(v) != self.clients:
+                raise ValueError(f"source.{name}: {len(v)} values for {self.clients} clients; "
+                                 f"give one value or one per client")
+        for i, d in enumerate(self.drift):
+            who = getattr(d, "clients", None)
+            if who and max(who) >= self.clients:
+                raise ValueError(f"source.drift.{i}.clients: client {max(who)} does not exist "
+                                 f"(clients are 0..{self.clients - 1})")
+            if d.kind == "abrupt" and d.speeds is not None:
+                raise ValueError(f"source.drift.{i}.speeds: an abrupt switch has no speed; use clients and delay")
+            if d.kind == "random_walk" and d.delay:
+                raise ValueError(f"source.drift.{i}.delay: not supported for random_walk; use clients and speeds")
+        for i, cv in enumerate(self.covariate):
+            if len(cv.factors) != len(cv.at):
+                raise ValueError(f"source.covariate.{i}.factors: {len(cv.factors)} factors for {len(cv.at)} steps in at")
+            if cv.clients and max(cv.clients) >= self.clients:
+                raise ValueError(f"source.covariate.{i}.clients: client {max(cv.clients)} does not exist")
+        if self.tails is not None:
+            if self.task != "least_squares":
+                raise ValueError("source.tails: heavy tails keep F exact for least squares only (task: least_squares)")
+            if self.tails.on != "noise" and self.tails.df <= 4:
+                raise ValueError(f"source.tails.df: heavy-tailed features need df > 4 for a finite gradient "
+                                 f"noise (got {self.tails.df})")
+        if self.adversary == "dirac" and self.task != "least_squares":
+            raise ValueError("source.adversary: the Dirac adversary is implemented for task: least_squares")
+        return self
 
 
 class RiverSynthSource(_Model):
@@ -253,6 +335,7 @@ class ExperimentConfig(_Model):
     output: OutputConfig = Field(default_factory=OutputConfig)
     chunk_size: int = Field(256, ge=1)
     reservoir_size: int = Field(4096, ge=16)
+    seeds: int = Field(1, ge=1)
     sweep: SweepConfig | None = None
 
     @field_validator("name")

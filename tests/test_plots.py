@@ -13,7 +13,8 @@ from streamfl.report import load_metrics, plot_sweep, render_run
 from streamfl.report.plots import MAX_POINTS, _thin_index
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-PLOTS = ("regret.png", "regret_over_sqrt_t.png", "client_losses.png", "heterogeneity.png")
+PLOTS = ("regret.png", "regret_over_sqrt_t.png", "client_losses.png", "heterogeneity.png", "decomposition.png",
+         "client_regret.png")
 
 
 def synthetic_run(T: int = 2000, M: int = 5, seed: int = 0, baselines=("tau1", "local", "centralized"),
@@ -83,7 +84,7 @@ def assert_png(path, min_height: int = 300):
     assert img.ndim == 3 and img.shape[0] > min_height, (path, img.shape)
 
 
-def test_render_run_writes_four_pngs(tmp_path):
+def test_render_run_writes_six_pngs(tmp_path):
     run = write_run(tmp_path / "run", *synthetic_run())
     paths = render_run(run)
     assert [p.name for p in paths] == list(PLOTS)
@@ -282,10 +283,12 @@ def test_client_losses_without_client_columns_and_with_a_long_name():
 def test_heterogeneity_names_the_missing_estimate():
     df, summary = synthetic_run(T=300, M=2)
     df["sigma2"] = np.nan
-    summary["heterogeneity"].update(sigma2_mean=None, parallelisation_helps=None)
+    reason = "the gradient noise σ² cannot be estimated (a mini-batch of b ≥ 2 samples is needed)"
+    summary["heterogeneity"].update(sigma2_mean=None, parallelisation_helps=None,
+                                    regime={"parallelisation_helps": None, "reason": reason})
     fig = _heterogeneity_figure(df, summary)
     title = fig.legends[0].get_title().get_text()
-    assert "regime undetermined (no estimate of $\\bar{\\sigma}^2$)" in title
+    assert f"regime undetermined ({reason})" in title
 
 
 @pytest.mark.parametrize("metric,what", [("regret_dynamic", r"of the average model $\bar{x}_t$"),
@@ -312,3 +315,14 @@ def test_render_sweep_reads_the_sweep_folder(tmp_path):
     (root / "sweep.csv").write_text("run,label\nclients-1,x\n")
     with pytest.raises(ValueError, match="'M' is missing"):
         render_sweep(root)
+
+
+def test_regime_agreement_plot_marks_agreeing_and_disagreeing_cells(tmp_path):
+    from streamfl.report.plots import plot_regime_agreement
+    cells = [{"label": "slow", "M": 4, "predicted_share": 0.8, "share_mean": 0.7, "share_lo": 0.6, "share_hi": 0.8,
+              "agree": True},
+             {"label": "fast", "M": 16, "predicted_share": 0.7, "share_mean": 0.2, "share_lo": 0.1, "share_hi": 0.3,
+              "agree": False}]
+    agreement = {"cells": cells, "agree": 1, "n": 2, "literal_agree": 0, "literal_n": 2, "metric": "regret_dynamic"}
+    path = plot_regime_agreement(agreement, tmp_path / "regime.png")
+    assert path.read_bytes()[:4] == b"\x89PNG"

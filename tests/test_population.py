@@ -386,3 +386,72 @@ def test_bad_parameters_raise_sklearn_style_messages():
         pop.minimize_sum([np.zeros((1, 1, 2))] * 2, [np.ones((1, 1))])
     with pytest.raises(ValueError, match="empty"):
         pop.minimize_sum([])
+
+
+# ----------------------------------------------------------------------------- per-point scales (richer adversary)
+@pytest.mark.parametrize("cls", [LeastSquaresPopulation, LogisticPopulation], ids=["ls", "logistic"])
+def test_per_point_scale_equals_a_population_of_that_scale(cls):
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((4, 3, D))
+    w = rng.standard_normal((4, 3, D))
+    s = rng.uniform(0.5, 2.5, (4, 3))
+    pop = cls(D)
+    for i in range(4):
+        for j in range(3):
+            ref = cls(D, feature_scale=float(s[i, j]))
+            assert pop.loss(x, w, scale=s)[i, j] == pytest.approx(float(ref.loss(x[i, j], w[i, j])), rel=1e-13)
+            np.testing.assert_allclose(pop.grad(x, w, scale=s)[i, j], ref.grad(x[i, j], w[i, j]), rtol=1e-12)
+            assert pop.grad_noise(x, w, scale=s)[i, j] == pytest.approx(float(ref.grad_noise(x[i, j], w[i, j])),
+                                                                       rel=1e-12)
+            np.testing.assert_allclose(pop.hessian(x, w, scale=s)[i, j], ref.hessian(x[i, j], w[i, j]), rtol=1e-12,
+                                       atol=1e-15)
+            h = ref.hessian(x[i, j], w[i, j])
+            assert pop.curvature(x, scale=s)[i, j] == pytest.approx(np.trace(h) / D, rel=1e-12)
+    if cls is LeastSquaresPopulation:
+        n = rng.uniform(0.1, 2.0, (4, 3))
+        ref = LeastSquaresPopulation(D, feature_scale=float(s[1, 2]), noise=float(n[1, 2]))
+        assert pop.loss(x, w, scale=s, noise=n)[1, 2] == pytest.approx(float(ref.loss(x[1, 2], w[1, 2])), rel=1e-13)
+        assert pop.grad_noise(x, w, scale=s, noise=n)[1, 2] == pytest.approx(
+            float(ref.grad_noise(x[1, 2], w[1, 2])), rel=1e-13)
+
+
+@pytest.mark.parametrize("cls", [LeastSquaresPopulation, LogisticPopulation], ids=["ls", "logistic"])
+def test_minimize_mean_with_per_client_scales_and_weights_is_stationary(cls):
+    rng = np.random.default_rng(22)
+    w = 1.5 * rng.standard_normal((5, 4, D))
+    s = rng.uniform(0.4, 2.0, (5, 4))
+    c = rng.random((5, 4))
+    c /= c.sum(axis=1, keepdims=True)
+    pop = cls(D)
+    u = pop.minimize_mean(w, scale=s, weights=c)
+    g = np.einsum("nm,nmd->nd", c, pop.grad(u[:, None, :], w, scale=s))
+    assert np.linalg.norm(g, axis=1).max() < 1e-9
+    # constrained: on the sphere, −∇ along u
+    uc = pop.minimize_mean(w, radius=0.3, scale=s, weights=c)
+    np.testing.assert_allclose(np.linalg.norm(uc, axis=1), 0.3, rtol=1e-12)
+    gc = np.einsum("nm,nmd->nd", c, pop.grad(uc[:, None, :], w, scale=s))
+    np.testing.assert_allclose(-gc / np.linalg.norm(gc, axis=1, keepdims=True), uc / 0.3, atol=1e-8)
+
+
+def test_logistic_minimize_sum_per_client_with_scales():
+    rng = np.random.default_rng(23)
+    pop = LogisticPopulation(D)
+    blocks = [1.2 * rng.standard_normal((n, 3, D)) for n in (6, 4)]
+    scales = [np.where(rng.random((b.shape[0], 3)) < 0.5, 0.7, 1.9) for b in blocks]     # two distinct scales
+    x, v = pop.minimize_sum(blocks, scale_blocks=scales, per_client=True)
+    for m in range(3):
+        wm = np.concatenate([b[:, m] for b in blocks])
+        sm = np.concatenate([s[:, m] for s in scales])
+        g = pop.grad(x[m], wm, scale=sm).sum(axis=0)
+        assert np.linalg.norm(g) / len(wm) < 1e-10
+        assert v[m] == pytest.approx(float(pop.loss(x[m], wm, scale=sm).sum()), rel=1e-12)
+    xn, vn = pop.minimize_sum(blocks, scale_blocks=scales)
+    W = np.concatenate(blocks)
+    S = np.concatenate(scales)
+    assert np.linalg.norm(pop.grad(xn, W, scale=S).mean(axis=1).sum(axis=0)) / len(W) < 1e-10
+    # prefix sums: the same solutions over the first t steps
+    sols = pop.minimize_prefix_sums(blocks, [3, 6, 10], scale_blocks=scales)
+    for t, (xt, vt) in zip((3, 6, 10), sols):
+        x2, v2 = pop.minimize_sum([W[:t]], scale_blocks=[S[:t]])
+        np.testing.assert_allclose(xt, x2, atol=1e-12)
+        assert vt == pytest.approx(v2, rel=1e-12)

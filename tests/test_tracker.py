@@ -62,3 +62,165 @@ def test_logistic_exact_comparator_at_the_end():
     best = -(p * np.log(p) + (1 - p) * np.log(1 - p)) * 4
     assert out["comparator_static"] == pytest.approx(best, rel=1e-8)
     assert out["regret_static"] == pytest.approx(rows[0]["cum_loss"].iloc[-1] - best, rel=1e-8)
+
+
+# ----------------------------------------------------------------------------- radius, decomposition, per client
+from scipy.optimize import minimize  # noqa: E402
+
+from streamfl.generators.population import LogisticPopulation  # noqa: E402
+from streamfl.generators.schedules import RandomWalk  # noqa: E402
+from streamfl.generators.synthetic import SyntheticStream  # noqa: E402
+from streamfl.regret.comparators import solve_hindsight  # noqa: E402
+
+
+class Capture(RegretTracker):
+    """Keeps the played models and the chunks (for independent recomputation)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.models, self.chunks = [], []
+
+    def update(self, chunk, losses, models):
+        self.models.append(models[..., 0].copy())
+        self.chunks.append(chunk)
+        return super().update(chunk, losses, models)
+
+
+def _run_capture(stream, eta=0.05, tau=5, radius=None, chunk=97):
+    step = StepSize("constant", eta=eta)
+    learner = Federated(StackedLinear(stream.n_clients, stream.n_features, stream.task, step, radius=radius), tau)
+    rows = []
+    tr = Capture(stream, "fedsea", ["fedsea"], radius=radius, sink=rows.append, step_size=step, tau=tau)
+    run_stream(stream, {"fedsea": learner}, tr, "fedsea", chunk_size=chunk)
+    import pandas as pd
+    return tr, pd.concat(rows, ignore_index=True), tr.finalize()
+
+
+def _ball_min(fun, x0, radius, jac=None):
+    """min_{‖x‖ ≤ radius} fun by scipy's trust-constr (an algorithm the tracker does not use)."""
+    from scipy.optimize import NonlinearConstraint
+    con = NonlinearConstraint(lambda x: x @ x, -np.inf, radius**2, jac=lambda x: 2 * x)
+    res = minimize(fun, x0, jac=jac, method="trust-constr", constraints=[con],
+                   options={"gtol": 1e-12, "xtol": 1e-14, "maxiter": 5000})
+    return res.x, float(res.fun)
+
+
+@pytest.mark.filterwarnings("ignore:delta_grad == 0.0")       # trust-constr on an exact quadratic
+def test_least_squares_with_a_radius_against_a_constrained_solver():
+    """Static, expected and dynamic regret with the comparator set ‖x‖ ≤ D, recomputed independently."""
+    M, d, b, s, sigma, D = 3, 3, 2, 1.2, 0.4, 0.5
+    stream = SyntheticStream("least_squares", n_clients=M, n_features=d, n_steps=300, batch_size=b, noise=sigma,
+                             heterogeneity=0.6, radius=2.0, feature_scale=s, drift=[RandomWalk(0.05)], seed=4)
+    tr, frame, out = _run_capture(stream, radius=D)
+    X = np.concatenate([c.X for c in tr.chunks])
+    y = np.concatenate([c.y for c in tr.chunks])
+    W = np.concatenate([c.optimum for c in tr.chunks])
+    x = np.concatenate(tr.models)
+    assert np.all(np.linalg.norm(x, axis=-1) <= D + 1e-12)
+    A, Y = X.reshape(-1, d), y.reshape(-1)
+    _, static = _ball_min(lambda v: 0.5 * np.sum((A @ v - Y) ** 2) / (M * b), np.zeros(d), D,
+                          jac=lambda v: A.T @ (A @ v - Y) / (M * b))
+    assert out["comparator_static"] == pytest.approx(static, rel=1e-7)
+    F = lambda v, w: 0.5 * s**2 * np.sum((v - w) ** 2, axis=-1) + 0.5 * sigma**2   # noqa: E731
+    _, comp = _ball_min(lambda v: F(v, W).mean(axis=1).sum(), np.zeros(d), D,
+                        jac=lambda v: s**2 * (v - W).mean(axis=1).sum(axis=0))
+    assert out["regret_expected"] == pytest.approx(F(x, W).mean(axis=1).sum() - comp, rel=1e-7)
+    u = W.mean(axis=1)
+    u = u * np.minimum(1, D / np.linalg.norm(u, axis=1, keepdims=True))
+    xbar = x.mean(axis=1)
+    dyn = np.sum(F(xbar[:, None], W).mean(axis=1) - F(u[:, None], W).mean(axis=1))
+    assert out["regret_dynamic"] == pytest.approx(dyn, rel=1e-10)
+
+
+def test_logistic_with_a_radius_uses_the_constrained_solver():
+    """The unconstrained hindsight optimum is outside ‖x‖ ≤ D: solve_hindsight's SLSQP branch.
+
+    Checked against scipy's trust-constr on the recorded stream, for the
+    network and for each client, and the expected regret against a
+    constrained solve of Σ_t F_t.
+    """
+    M, d, D = 2, 3, 0.4
+    stream = SyntheticStream("logistic", n_clients=M, n_features=d, n_steps=400, batch_size=2,
+                             heterogeneity=0.3, radius=3.0, feature_scale=1.0, seed=2)
+    tr, frame, out = _run_capture(stream, eta=0.1, radius=D)
+    X = np.concatenate([c.X for c in tr.chunks])
+    y = np.concatenate([c.y for c in tr.chunks])
+    W = np.concatenate([c.optimum for c in tr.chunks])
+    x = np.concatenate(tr.models)
+
+    def logloss(v, A, Y, w):
+        z = A @ v
+        return float(np.sum(w * (np.logaddexp(0, z) - Y * z))), A.T @ (w * (1 / (1 + np.exp(-z)) - Y))
+
+    A, Y = X.reshape(-1, d), y.reshape(-1)
+    w = np.full(len(Y), 1 / (M * 2))
+    free, _ = solve_hindsight("logistic", lambda: [(A, Y, w)], (d, 1))
+    assert np.linalg.norm(free) > 2 * D                       # the constraint is active
+    _, ref = _ball_min(lambda v: logloss(v, A, Y, w)[0], np.zeros(d), D, jac=lambda v: logloss(v, A, Y, w)[1])
+    assert out["comparator_static"] == pytest.approx(ref, rel=1e-7)
+    for m in range(M):
+        Am, Ym = X[:, m].reshape(-1, d), y[:, m].reshape(-1)
+        wm = np.full(len(Ym), 0.5)
+        _, refm = _ball_min(lambda v: logloss(v, Am, Ym, wm)[0], np.zeros(d), D,
+                            jac=lambda v: logloss(v, Am, Ym, wm)[1])
+        cum_m = frame[f"client{m}_cum_loss"].iloc[-1]
+        assert out["client_regret"]["static"][m] == pytest.approx(cum_m - refm, rel=1e-6)
+    pop = LogisticPopulation(d)
+    # the population comparator is solved by Newton on ‖x‖ in the tracker: check it with SLSQP
+    res = minimize(lambda v: float(pop.loss(v, W).mean(axis=1).sum()), np.zeros(d),
+                   jac=lambda v: pop.grad(v, W).mean(axis=1).sum(axis=0), method="SLSQP",
+                   constraints=[{"type": "ineq", "fun": lambda v: D**2 - v @ v, "jac": lambda v: -2 * v}],
+                   options={"ftol": 1e-15, "maxiter": 1000})
+    comp = float(res.fun)
+    played = float(pop.loss(x, W).mean(axis=1).sum())
+    assert out["regret_expected"] == pytest.approx(played - comp, rel=1e-7)
+    # the decomposition is an identity: eq. (3) = virtual average + consensus part
+    assert out["regret_expected"] == pytest.approx(out["regret_expected_virtual"] + out["consensus_part"], rel=1e-10)
+    virtual = float(pop.loss(x.mean(axis=1)[:, None], W).mean(axis=1).sum())
+    assert out["regret_expected_virtual"] == pytest.approx(virtual - comp, rel=1e-7)
+
+
+def test_consensus_part_equals_the_bound_weight_for_isotropic_least_squares():
+    """ζ = 0, F = ½ s²‖x − w‖²: (1/M) Σ F(x_m) − F(x̄) = (s²/2)(1/M) Σ ‖x_m − x̄‖² exactly (L = s²)."""
+    stream = SyntheticStream("least_squares", n_clients=4, n_features=3, n_steps=500, batch_size=1, noise=1.0,
+                             heterogeneity=0.0, radius=1.0, feature_scale=1.7, seed=0)
+    tr, frame, out = _run_capture(stream, eta=0.05, tau=10)
+    assert out["consensus_part"] > 0
+    assert out["consensus_part"] == pytest.approx(out["consensus_bound"], rel=1e-10)
+    x = np.concatenate(tr.models)
+    C = np.sum((x - x.mean(axis=1, keepdims=True)) ** 2, axis=-1).mean(axis=1)
+    np.testing.assert_allclose(frame["consensus"], C, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(frame["regret_expected"], frame["regret_expected_virtual"] + frame["consensus_part"],
+                               rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(frame["regret_static"], frame["regret_static_virtual"]
+                               + frame["cum_loss"] - frame["cum_loss_virtual"], rtol=1e-10, atol=1e-10)
+
+
+def test_per_client_expected_and_dynamic_regret_against_closed_forms():
+    """Each client alone: Σ_t F_{t,m}(x_{t,m}) − min_x Σ_t F_{t,m}(x) and − Σ_t F_{t,m}(x*_{t,m}).
+
+    With per-client feature scales and noise (the richer adversary), so that
+    the weights s_m² enter the comparator.
+    """
+    M, d = 3, 2
+    scales, noises = [0.8, 1.0, 1.6], [0.2, 0.5, 1.0]
+    stream = SyntheticStream("least_squares", n_clients=M, n_features=d, n_steps=250, batch_size=2,
+                             noise=noises, feature_scale=scales, heterogeneity=0.7, radius=1.0,
+                             drift=[RandomWalk(0.03)], seed=6)
+    tr, frame, out = _run_capture(stream, eta=0.05)
+    W = np.concatenate([c.optimum for c in tr.chunks])
+    x = np.concatenate(tr.models)
+    s2, n2 = np.array(scales) ** 2, np.array(noises) ** 2
+    F = 0.5 * s2 * np.sum((x - W) ** 2, axis=-1) + 0.5 * n2                  # (T, M)
+    best = W.mean(axis=0)                                                    # each client's own hindsight optimum
+    comp = 0.5 * s2 * np.sum((W - best) ** 2, axis=-1).sum(axis=0) + 0.5 * n2 * len(W)
+    np.testing.assert_allclose(out["client_regret"]["expected"], F.sum(axis=0) - comp, rtol=1e-9)
+    np.testing.assert_allclose(out["client_regret"]["dynamic"], F.sum(axis=0) - 0.5 * n2 * len(W), rtol=1e-9)
+    for m in range(M):
+        assert frame[f"client{m}_regret_expected"].iloc[-1] == pytest.approx(out["client_regret"]["expected"][m])
+    # network: weights c s² in the comparator (the mean of the optima weighted by s_m²)
+    xs = np.einsum("m,tmd->d", s2, W) / (len(W) * s2.sum())
+    netcomp = np.sum((0.5 * s2 * np.sum((xs - W) ** 2, axis=-1) + 0.5 * n2).mean(axis=1))
+    assert out["regret_expected"] == pytest.approx(F.mean(axis=1).sum() - netcomp, rel=1e-9)
+    spread = out["client_regret_spread"]["dynamic"]
+    assert spread["min"] <= spread["median"] <= spread["max"]

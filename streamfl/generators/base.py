@@ -42,6 +42,13 @@ class Chunk:
     optimum : ndarray of shape (n, M, d), or None
         The Bayes-optimal model x*_{t,m} of each client's distribution, when
         the generator knows it (synthetic streams), else ``None``.
+    scale : ndarray of shape (n, M), or None
+        The feature scale s_{t,m} of each client's distribution when it
+        differs between clients or over time (synthetic streams with
+        per-client scales or covariate shift); ``None``: the population's.
+    noise : ndarray of shape (n, M), or None
+        The label-noise level σ_{t,m} when it differs between clients;
+        ``None``: the population's.
     """
 
     t0: int
@@ -49,6 +56,8 @@ class Chunk:
     y: np.ndarray
     mask: np.ndarray | None = None
     optimum: np.ndarray | None = None
+    scale: np.ndarray | None = None
+    noise: np.ndarray | None = None
 
     @property
     def n_steps(self) -> int:
@@ -76,6 +85,8 @@ class Chunk:
             y=self.y[start:stop],
             mask=None if self.mask is None else self.mask[start:stop],
             optimum=None if self.optimum is None else self.optimum[start:stop],
+            scale=None if self.scale is None else self.scale[start:stop],
+            noise=None if self.noise is None else self.noise[start:stop],
         )
 
 

@@ -25,11 +25,20 @@ def build_stream(cfg: ExperimentConfig):
     if src.kind == "synthetic":
         drift = []
         for d in src.drift:
-            kw = d.model_dump(exclude={"kind"})
-            drift.append(S.SCHEDULES[d.kind](**kw))
+            kw = d.model_dump(exclude={"kind", "clients", "delay", "speeds"})
+            schedule = S.SCHEDULES[d.kind](**kw)
+            if d.kind != "adaptive":
+                schedule.per_client(d.clients, d.delay, d.speeds)
+            drift.append(schedule)
+        change = None if src.heterogeneity_change is None else \
+            S.HeterogeneityChange(**src.heterogeneity_change.model_dump())
+        covariate = [S.CovariateShift(cv.at, cv.factors, cv.clients) for cv in src.covariate]
         return SyntheticStream(src.task, n_clients=src.clients, n_features=src.dim, n_steps=cfg.steps,
                                batch_size=b, noise=src.noise, heterogeneity=src.heterogeneity, radius=src.radius,
-                               feature_scale=src.feature_scale, drift=drift, seed=cfg.seed)
+                               feature_scale=src.feature_scale, drift=drift, seed=cfg.seed,
+                               heterogeneity_change=change, covariate=covariate,
+                               tails=None if src.tails is None else src.tails.model_dump(),
+                               adversary=src.adversary)
     if src.kind == "river_synth":
         from ..generators.river_synth import RiverSynthStream
         return RiverSynthStream(src.name, n_clients=src.clients, n_steps=cfg.steps, batch_size=b,

@@ -98,7 +98,7 @@ import numpy as np
 from numba import njit
 from scipy.special import expit
 
-__all__ = ["LeastSquaresPopulation", "LogisticPopulation"]
+__all__ = ["LeastSquaresPopulation", "LogisticPopulation", "DiracLeastSquares"]
 
 _SQRT_2PI = np.sqrt(2.0 * np.pi)
 
@@ -333,14 +333,28 @@ class _Population:
 
     _name = "_Population"
 
-    def __init__(self, dim, feature_scale):
+    _curvature_max = 1.0      # sup of the Hessian's eigenvalues per unit s²
+
+    def __init__(self, dim, feature_scale, max_feature_scale=None):
         self._dim = _check_int(self._name, "dim", dim, 1)
         self.feature_scale = _check_float(self._name, "feature_scale", feature_scale, strict=True)
+        self.max_feature_scale = self.feature_scale if max_feature_scale is None else \
+            _check_float(self._name, "max_feature_scale", max_feature_scale, strict=True)
 
     @property
     def dim(self) -> int:
         """int: the model dimension d."""
         return self._dim
+
+    def _s(self, scale):
+        """The feature scale: ``feature_scale`` or the per-point array ``scale``."""
+        return self.feature_scale if scale is None else np.asarray(scale, dtype=np.float64)
+
+    @property
+    def smoothness(self) -> float:
+        """float: L, the Lipschitz constant of ∇F over every client and step
+        (from the largest feature scale the stream uses)."""
+        return self._curvature_max * self.max_feature_scale ** 2
 
     def _check_xw(self, x, w):
         """x and w as float64 arrays of shapes (..., d) that broadcast together (not broadcast)."""
@@ -375,13 +389,21 @@ class _Population:
 
 # ============================================================================= least squares
 class LeastSquaresPopulation(_Population):
-    """Population of the Gaussian linear-regression SEA client.
+    """Population of the linear-regression SEA client.
 
-    Data: a ~ N(0, s² I_d), y = a·w + σ ε with ε ~ N(0, 1); per-sample loss
-    f(x, ξ) = ½ (a·x − y)². The population loss is the isotropic quadratic
-    F(x) = ½ s² ‖x − w‖² + ½ σ² (units: squared label units), whose sums
-    over clients and steps are the terms of FedSEA's expected regret
-    (eq. (3)).
+    Data: a = s z with z ∈ R^d of independent, zero-mean, unit-variance
+    coordinates (standard normal by default; Student-t for heavy tails, see
+    ``kurtosis``), y = a·w + σ ε with ε zero-mean, unit-variance and
+    independent of a; per-sample loss f(x, ξ) = ½ (a·x − y)². The population
+    loss depends only on the second moments, so it is the isotropic quadratic
+    F(x) = ½ s² ‖x − w‖² + ½ σ² (units: squared label units) whatever the
+    tails; its sums over clients and steps are the terms of FedSEA's
+    expected regret (eq. (3)).
+
+    Every method accepts per-point ``scale`` (s) and ``noise`` (σ) arrays
+    that broadcast against x[..., 0], for adversaries whose clients differ in
+    feature scale or label noise, or whose feature scale moves over time
+    (covariate shift); ``None`` uses the constructor's values.
 
     Parameters
     ----------
@@ -391,11 +413,18 @@ class LeastSquaresPopulation(_Population):
         Feature standard deviation s > 0 (feature units per coordinate).
     noise : float, default 1.0
         Label-noise standard deviation σ ≥ 0 (label units).
+    kurtosis : float, default 3.0
+        E z_j⁴ of a standardised feature coordinate (3 for Gaussian features,
+        3(ν − 2)/(ν − 4) for Student-t with ν > 4 degrees of freedom). It
+        enters the gradient noise only.
+    max_feature_scale : float, optional
+        The largest feature scale any client uses at any step (sets L);
+        default ``feature_scale``.
 
     Attributes
     ----------
-    feature_scale, noise : float
-        s and σ as given.
+    feature_scale, noise, kurtosis : float
+        s, σ and E z⁴ as given.
 
     Raises
     ------
@@ -407,8 +436,10 @@ class LeastSquaresPopulation(_Population):
     -----
     Source: FedSEA, "Federated Learning in SEA environment" — eq. (3)
     (expected regret) and eq. (8) (gradient-noise σ² definition). With
-    δ = x − w, ∇f = a (a·δ − σ ε) and E‖∇f − ∇F‖² = s⁴ (d + 1) ‖δ‖² + σ² s² d.
-    L = μ = s².
+    δ = x − w, ∇f = a (a·δ − σ ε) and, for independent coordinates,
+    E[‖a‖² (a·δ)²] = s⁴ (E z⁴ + d − 1) ‖δ‖², so
+    E‖∇f − ∇F‖² = s⁴ (E z⁴ + d − 2) ‖δ‖² + σ² s² d
+    (= s⁴ (d + 1) ‖δ‖² + σ² s² d for Gaussian features). L = μ = s².
 
     Examples
     --------
@@ -417,34 +448,38 @@ class LeastSquaresPopulation(_Population):
     >>> x, w = np.array([1.0, 0.0, 0.0]), np.zeros(3)
     >>> float(p.loss(x, w)), p.grad(x, w).tolist(), float(p.grad_noise(x, w))
     (0.625, [1.0, 0.0, 0.0], 4.75)
+    >>> float(p.loss(x, w, scale=2.0, noise=0.0))     # ½ s² ‖x − w‖²
+    2.0
     """
 
     _name = "LeastSquaresPopulation"
 
-    def __init__(self, dim: int, feature_scale: float = 1.0, noise: float = 1.0):
-        super().__init__(dim, feature_scale)
+    def __init__(self, dim: int, feature_scale: float = 1.0, noise: float = 1.0, kurtosis: float = 3.0,
+                 max_feature_scale: float | None = None):
+        super().__init__(dim, feature_scale, max_feature_scale)
         self.noise = _check_float(self._name, "noise", noise, strict=False)
+        self.kurtosis = _check_float(self._name, "kurtosis", kurtosis, strict=True)
 
     def __repr__(self):
         return f"{super().__repr__()[:-1]}, noise={self.noise!r})"
 
-    @property
-    def smoothness(self) -> float:
-        """float: L = s², the Lipschitz constant of ∇F (FedSEA Assumption on smoothness)."""
-        return self.feature_scale ** 2
+    def _n(self, noise):
+        return self.noise if noise is None else np.asarray(noise, dtype=np.float64)
 
     @property
     def strong_convexity(self) -> float:
-        """float: μ = s², the strong-convexity modulus of F."""
+        """float: μ = s², the strong-convexity modulus of F (at the base feature scale)."""
         return self.feature_scale ** 2
 
-    def loss(self, x, w) -> np.ndarray:
+    def loss(self, x, w, scale=None, noise=None) -> np.ndarray:
         """Population loss F(x) = ½ s² ‖x − w‖² + ½ σ².
 
         Parameters
         ----------
         x, w : array_like, shape (..., d)
             Model and client optimum x*_{t,m}; leading dimensions broadcast.
+        scale, noise : array_like, shape (...), optional
+            Per-point s and σ.
 
         Returns
         -------
@@ -458,14 +493,16 @@ class LeastSquaresPopulation(_Population):
         """
         x, w = self._xw(x, w)
         dl = x - w
-        return 0.5 * self.feature_scale ** 2 * np.einsum("...i,...i->...", dl, dl) + 0.5 * self.noise ** 2
+        s, n = self._s(scale), self._n(noise)
+        return 0.5 * s ** 2 * np.einsum("...i,...i->...", dl, dl) + 0.5 * n ** 2
 
-    def grad(self, x, w) -> np.ndarray:
+    def grad(self, x, w, scale=None) -> np.ndarray:
         """Population gradient ∇F(x) = s² (x − w).
 
         Parameters
         ----------
         x, w : array_like, shape (..., d)
+        scale : array_like, shape (...), optional
 
         Returns
         -------
@@ -477,17 +514,20 @@ class LeastSquaresPopulation(_Population):
             If the last axis of x or w is not d.
         """
         x, w = self._xw(x, w)
-        return self.feature_scale ** 2 * (x - w)
+        s = self._s(scale)
+        return (s ** 2 if scale is None else (s ** 2)[..., None]) * (x - w)
 
-    def grad_noise(self, x, w) -> np.ndarray:
+    def grad_noise(self, x, w, scale=None, noise=None) -> np.ndarray:
         """Per-sample gradient noise E‖∇f(x, ξ) − ∇F(x)‖² (FedSEA eq. (8)).
 
-        Equals s⁴ (d + 1) ‖x − w‖² + σ² s² d. For a mini-batch of b samples
-        divide by b.
+        Equals s⁴ (E z⁴ + d − 2) ‖x − w‖² + σ² s² d (s⁴ (d + 1) ‖x − w‖² +
+        σ² s² d for Gaussian features). For a mini-batch of b samples divide
+        by b.
 
         Parameters
         ----------
         x, w : array_like, shape (..., d)
+        scale, noise : array_like, shape (...), optional
 
         Returns
         -------
@@ -500,16 +540,17 @@ class LeastSquaresPopulation(_Population):
             If the last axis of x or w is not d.
         """
         x, w = self._xw(x, w)
-        s2, d = self.feature_scale ** 2, self._dim
+        s2, d, n = self._s(scale) ** 2, self._dim, self._n(noise)
         dl = x - w
-        return s2 * s2 * (d + 1) * np.einsum("...i,...i->...", dl, dl) + self.noise ** 2 * s2 * d
+        return s2 * s2 * (self.kurtosis + d - 2) * np.einsum("...i,...i->...", dl, dl) + n ** 2 * s2 * d
 
-    def hessian(self, x, w) -> np.ndarray:
+    def hessian(self, x, w, scale=None) -> np.ndarray:
         """Population Hessian ∇²F(x) = s² I.
 
         Parameters
         ----------
         x, w : array_like, shape (..., d)
+        scale : array_like, shape (...), optional
 
         Returns
         -------
@@ -523,14 +564,31 @@ class LeastSquaresPopulation(_Population):
         x, _ = self._xw(x, w)
         d = self._dim
         out = np.zeros(x.shape[:-1] + (d, d))
-        out[..., np.arange(d), np.arange(d)] = self.feature_scale ** 2
+        s2 = self._s(scale) ** 2
+        out[..., np.arange(d), np.arange(d)] = s2 if scale is None else np.broadcast_to(s2, x.shape[:-1])[..., None]
         return out
 
-    def minimize_mean(self, w, x0=None, radius=None) -> np.ndarray:
-        """Per-step optimum u_t = argmin_{‖x‖ ≤ radius} (1/M) Σ_m F(x, w[t, m]).
+    def curvature(self, x, scale=None) -> np.ndarray:
+        """Mean eigenvalue of ∇²F at x, tr(∇²F(x))/d = s² (loss units per squared model unit).
 
-        The mean of isotropic quadratics is ½ s² ‖x − w̄‖² + const, so the
-        minimiser is the client mean w̄ projected onto the ball (exact).
+        Parameters
+        ----------
+        x : array_like, shape (..., d)
+        scale : array_like, shape (...), optional
+
+        Returns
+        -------
+        ndarray, shape (...)
+        """
+        x = np.asarray(x, dtype=np.float64)
+        return np.broadcast_to(self._s(scale) ** 2, x.shape[:-1]).astype(np.float64)
+
+    def minimize_mean(self, w, x0=None, radius=None, scale=None, weights=None) -> np.ndarray:
+        """Per-step optimum u_t = argmin_{‖x‖ ≤ radius} Σ_m c_m F(x, w[t, m]).
+
+        A sum of isotropic quadratics is ½ (Σ c s²) ‖x − w̄‖² + const with
+        w̄ = Σ c s² w / Σ c s², so the minimiser is w̄ projected onto the ball
+        (exact).
 
         Parameters
         ----------
@@ -540,6 +598,10 @@ class LeastSquaresPopulation(_Population):
             Ignored (closed form); accepted for API symmetry.
         radius : float, optional
             L2-ball radius D ≥ 0; ``None`` for no constraint.
+        scale : array_like, shape (n, M), optional
+            Per-client feature scales s_{t,m}.
+        weights : array_like, shape (n, M), optional
+            Client weights c_{t,m} ≥ 0 (default 1/M).
 
         Returns
         -------
@@ -552,7 +614,13 @@ class LeastSquaresPopulation(_Population):
         """
         radius = _check_radius(radius)
         w, _ = self._w3(w, x0)
-        return _project(w.mean(axis=1), radius)
+        if scale is None and weights is None:
+            return _project(w.mean(axis=1), radius)
+        c = np.full(w.shape[:2], 1.0 / w.shape[1]) if weights is None else np.asarray(weights, dtype=np.float64)
+        k = c * np.broadcast_to(self._s(scale) ** 2, w.shape[:2])
+        tot = k.sum(axis=1, keepdims=True)
+        mean = np.einsum("nm,nmd->nd", np.divide(k, tot, out=np.zeros_like(k), where=tot > 0), w)
+        return _project(mean, radius)
 
     def minimize_sum(self, w_blocks, weights_blocks=None, radius=None) -> tuple[np.ndarray, float]:
         """Hindsight comparator argmin_{‖x‖ ≤ radius} Σ_t Σ_m c_{t,m} F(x, w_{t,m}).
@@ -561,7 +629,8 @@ class LeastSquaresPopulation(_Population):
         optima and their weighted scatter with Chan's pairwise update (no
         cancellation). The minimiser is the weighted mean of the optima,
         projected onto the ball. This is the comparator x* of FedSEA's
-        expected regret (eq. (3)).
+        expected regret (eq. (3)). (Base feature scale and noise; the
+        tracker keeps its own running sums for per-client scales.)
 
         Parameters
         ----------
@@ -653,20 +722,17 @@ class LogisticPopulation(_Population):
 
     _name = "LogisticPopulation"
 
-    def __init__(self, dim: int, feature_scale: float = 1.0):
-        super().__init__(dim, feature_scale)
+    def __init__(self, dim: int, feature_scale: float = 1.0, max_feature_scale: float | None = None):
+        super().__init__(dim, feature_scale, max_feature_scale)
 
-    @property
-    def smoothness(self) -> float:
-        """float: L = s²/4 (sigmoid' ≤ 1/4), the Lipschitz constant of ∇F."""
-        return self.feature_scale ** 2 / 4.0
+    _curvature_max = 0.25    # sigmoid' ≤ 1/4: L = s²/4
 
     @property
     def strong_convexity(self):
         """None: F has no uniform strong-convexity modulus on R^d."""
         return None
 
-    def loss(self, x, w) -> np.ndarray:
+    def loss(self, x, w, scale=None) -> np.ndarray:
         """Population loss F(x) = E[softplus(a·x) − sigmoid(a·w) a·x].
 
         Computed as A(s‖x‖) − s² (x·w) κ(s‖w‖) (Stein's lemma), 1-D quadrature.
@@ -675,6 +741,8 @@ class LogisticPopulation(_Population):
         ----------
         x, w : array_like, shape (..., d)
             Model and client optimum; leading dimensions broadcast.
+        scale : array_like, shape (...), optional
+            Per-point feature scale s (default ``feature_scale``).
 
         Returns
         -------
@@ -687,15 +755,16 @@ class LogisticPopulation(_Population):
             If the last axis of x or w is not d.
         """
         x, w = self._check_xw(x, w)        # quadratures once per distinct x and w, then broadcast
-        s = self.feature_scale
+        s = self._s(scale)
         return _softplus_mean(s * _norm(x)) - s * s * np.einsum("...i,...i->...", x, w) * _kappa(s * _norm(w))
 
-    def grad(self, x, w) -> np.ndarray:
+    def grad(self, x, w, scale=None) -> np.ndarray:
         """Population gradient ∇F(x) = s² (κ(s‖x‖) x − κ(s‖w‖) w).
 
         Parameters
         ----------
         x, w : array_like, shape (..., d)
+        scale : array_like, shape (...), optional
 
         Returns
         -------
@@ -708,12 +777,13 @@ class LogisticPopulation(_Population):
             If the last axis of x or w is not d.
         """
         x, w = self._check_xw(x, w)        # quadratures once per distinct x and w, then broadcast
-        s = self.feature_scale
-        kx = _kappa(s * _norm(x))[..., None]
-        kw = _kappa(s * _norm(w))[..., None]
+        s = self._s(scale)
+        s = s if scale is None else s[..., None]
+        kx = _kappa(s * _norm(x)[..., None])
+        kw = _kappa(s * _norm(w)[..., None])
         return s * s * (kx * x - kw * w)
 
-    def grad_noise(self, x, w) -> np.ndarray:
+    def grad_noise(self, x, w, scale=None) -> np.ndarray:
         """Per-sample gradient noise E‖∇f(x, ξ) − ∇F(x)‖² (FedSEA eq. (8)).
 
         E‖∇f‖² = E[g(u, v) ‖a‖²] with g = (σ(u) − σ(v))² + σ(v)(1 − σ(v))
@@ -724,6 +794,7 @@ class LogisticPopulation(_Population):
         Parameters
         ----------
         x, w : array_like, shape (..., d)
+        scale : array_like, shape (...), optional
 
         Returns
         -------
@@ -736,15 +807,16 @@ class LogisticPopulation(_Population):
             If the last axis of x or w is not d.
         """
         x, w = self._xw(x, w)
-        s, d = self.feature_scale, self._dim
+        d = self._dim
+        s = np.broadcast_to(self._s(scale), x.shape[:-1])
         nx, nw = _norm(x), _norm(w)
         phi = _angle(x, w, nx, nw)
         eg, egr = _polar_g_moments((s * nx).reshape(-1), (s * nw).reshape(-1), phi.reshape(-1))
-        second = s * s * (egr + (d - 2) * eg)
-        g = self.grad(x, w)
+        second = (s * s).reshape(-1) * (egr + (d - 2) * eg)
+        g = self.grad(x, w, scale)
         return second.reshape(nx.shape) - np.einsum("...i,...i->...", g, g)
 
-    def hessian(self, x, w) -> np.ndarray:
+    def hessian(self, x, w, scale=None) -> np.ndarray:
         """Population Hessian ∇²F(x) = s² κ(s‖x‖) (I − x̂x̂ᵀ) + s² μ₂(s‖x‖) x̂x̂ᵀ.
 
         Independent of w. Eigenvalues: s² κ (multiplicity d − 1, ⟂ x) and
@@ -754,6 +826,7 @@ class LogisticPopulation(_Population):
         Parameters
         ----------
         x, w : array_like, shape (..., d)
+        scale : array_like, shape (...), optional
 
         Returns
         -------
@@ -765,7 +838,8 @@ class LogisticPopulation(_Population):
             If the last axis of x or w is not d.
         """
         x, _ = self._xw(x, w)
-        s, d = self.feature_scale, self._dim
+        d = self._dim
+        s = np.broadcast_to(self._s(scale), x.shape[:-1])
         nx = _norm(x)
         kap, mu2 = _kappa_mu2(s * nx)
         xh = _unit(x, nx)
@@ -773,21 +847,44 @@ class LogisticPopulation(_Population):
         out[..., np.arange(d), np.arange(d)] += (s * s * kap)[..., None]
         return out
 
-    # ------------------------------------------------------------------ minimisers
-    def _psi(self, rho):
-        """ψ(ρ) = ρ κ(sρ) and ψ'(ρ) = μ₂(sρ) > 0; A'(ρ) = s² ψ(ρ) (A convex in ρ)."""
-        s = self.feature_scale
-        k, mu2 = _kappa_mu2(s * rho)
-        return rho * k, mu2
+    def curvature(self, x, scale=None) -> np.ndarray:
+        """Mean eigenvalue of ∇²F at x: s² (μ₂(s‖x‖) + (d − 1) κ(s‖x‖)) / d.
 
-    def _solve_radius(self, target, hi, rho0, what):
-        """Solve ψ(ρ) = target on [0, hi] by bracketed Newton (vectorised).
+        Parameters
+        ----------
+        x : array_like, shape (..., d)
+        scale : array_like, shape (...), optional
 
-        target, hi, rho0 : arrays (n,), with ψ(hi) ≥ target up to rounding.
-        Raises RuntimeError naming the rows (``what``) whose gradient
-        s²|ψ(ρ) − target| is not < 1e-10 after 100 iterations.
+        Returns
+        -------
+        ndarray, shape (...)
+            Nats per squared model unit; in (0, s²/4].
         """
-        s2 = self.feature_scale ** 2
+        x = np.asarray(x, dtype=np.float64)
+        s = np.broadcast_to(self._s(scale), x.shape[:-1])
+        kap, mu2 = _kappa_mu2(s * _norm(x))
+        return s * s * (mu2 + (self._dim - 1) * kap) / self._dim
+
+    # ------------------------------------------------------------------ minimisers
+    @staticmethod
+    def _psi(rho, S, C):
+        """ψ(ρ)_r = Σ_k C_rk s_rk² ρ_r κ(s_rk ρ_r) and ψ'(ρ)_r = Σ_k C_rk s_rk² μ₂(s_rk ρ_r) > 0.
+
+        The radial derivative of Σ_k C_k A(s_k ρ) (A' (τ) = τ κ(τ) by Stein's lemma);
+        rho (r,), S and C (r, K) with C ≥ 0.
+        """
+        k, mu2 = _kappa_mu2(S * rho[:, None])
+        w = C * S * S
+        return np.sum(w * rho[:, None] * k, axis=1), np.sum(w * mu2, axis=1)
+
+    def _solve_radius(self, target, S, C, hi, rho0, what):
+        """Solve ψ(ρ) = target on [0, hi] by bracketed Newton (vectorised over rows).
+
+        target, hi, rho0 : arrays (r,); S, C : arrays (r, K) of feature scales and
+        weights (ψ as in :meth:`_psi`), with ψ(hi) ≥ target up to rounding.
+        Raises RuntimeError naming the rows (``what``) whose gradient
+        |ψ(ρ) − target| / Σ_k C_rk is not < 1e-10 after 100 iterations.
+        """
         lo = np.zeros_like(target)
         hi = hi.astype(np.float64).copy()
         rho = np.clip(rho0, lo, hi)
@@ -797,7 +894,7 @@ class LogisticPopulation(_Population):
             if not active.any():
                 break
             idx = np.flatnonzero(active)
-            p, dp = self._psi(rho[idx])
+            p, dp = self._psi(rho[idx], S[idx], C[idx])
             res = p - target[idx]
             below = res < 0
             lo[idx] = np.where(below, rho[idx], lo[idx])
@@ -809,22 +906,24 @@ class LogisticPopulation(_Population):
                 | (hi[idx] - lo[idx] <= 4 * np.finfo(float).eps * hi[idx])
             rho[idx] = np.where(res == 0, rho[idx], new)
             active[idx[done]] = False
-        gnorm = s2 * np.abs(rho * _kappa(self.feature_scale * rho) - target)
+        total = np.maximum(C.sum(axis=1), 1e-300)
+        gnorm = np.abs(self._psi(rho, S, C)[0] - target) / total
         failed = np.flatnonzero(~(gnorm < 1e-10))
         if failed.size:
             raise RuntimeError(f"LogisticPopulation: Newton did not reach gradient norm < 1e-10 at {what} "
                                f"{failed[:10].tolist()} (gradient norm {gnorm[failed[:10]].tolist()}).")
         return rho
 
-    def minimize_mean(self, w, x0=None, radius=None) -> np.ndarray:
-        """Per-step optimum u_t = argmin_{‖x‖ ≤ radius} (1/M) Σ_m F(x, w[t, m]).
+    def minimize_mean(self, w, x0=None, radius=None, scale=None, weights=None) -> np.ndarray:
+        """Per-step optimum u_t = argmin_{‖x‖ ≤ radius} Σ_m c_m F(x, w[t, m]).
 
-        The mean loss is A(s‖x‖) − s² x·b with b = (1/M) Σ_m κ(s‖w_m‖) w_m,
-        so u_t = ρ b/‖b‖ where ρ solves ρ κ(sρ) = ‖b‖ (strictly increasing
-        left side, root in [0, max_m ‖w_m‖]); solved by bracketed Newton
-        vectorised over steps to gradient norm < 1e-10. With a radius the
-        constrained optimum is exactly min(ρ, radius) b/‖b‖ (A is convex in
-        ‖x‖). This is the dynamic-regret comparator of FedSEA.
+        The weighted loss is Σ_m c_m A(s_m‖x‖) − x·b with
+        b = Σ_m c_m s_m² κ(s_m‖w_m‖) w_m, so u_t = ρ b/‖b‖ where ρ solves
+        Σ_m c_m s_m² ρ κ(s_m ρ) = ‖b‖ (strictly increasing left side, root in
+        [0, max_m ‖w_m‖]); solved by bracketed Newton vectorised over steps to
+        gradient norm < 1e-10. With a radius the constrained optimum is
+        exactly min(ρ, radius) b/‖b‖ (the loss is convex in ‖x‖ along b).
+        This is the dynamic-regret comparator of FedSEA.
 
         Parameters
         ----------
@@ -834,6 +933,10 @@ class LogisticPopulation(_Population):
             Warm start; only ‖x0‖ is used, as the initial ρ.
         radius : float, optional
             L2-ball radius D ≥ 0; ``None`` for no constraint.
+        scale : array_like, shape (n, M), optional
+            Per-client feature scales s_{t,m} (default ``feature_scale``).
+        weights : array_like, shape (n, M), optional
+            Client weights c_{t,m} ≥ 0 (default 1/M).
 
         Returns
         -------
@@ -849,24 +952,35 @@ class LogisticPopulation(_Population):
         """
         radius = _check_radius(radius)
         w, x0 = self._w3(w, x0)
-        s = self.feature_scale
+        n, M = w.shape[:2]
+        c = np.full((n, M), 1.0 / M) if weights is None else np.broadcast_to(np.asarray(weights, float), (n, M))
+        s = np.broadcast_to(self._s(scale), (n, M))
         nw = _norm(w)
         k = _kappa(s * nw)
-        b = np.einsum("nm,nmd->nd", k, w) / w.shape[1]
+        b = np.einsum("nm,nmd->nd", c * s * s * k, w)
         nb = _norm(b)
-        rho0 = nb / k.mean(axis=1) if x0 is None else _norm(x0)
-        rho = self._solve_radius(nb, nw.max(axis=1), rho0, "step(s)")
+        if scale is None:     # one scale: ψ collapses to one term per step
+            S, C = np.full((n, 1), self.feature_scale), c.sum(axis=1, keepdims=True)
+        else:
+            S, C = s, c
+        rho0 = nb / np.maximum(np.einsum("nm,nm->n", c * s * s, k), 1e-300) if x0 is None else _norm(x0)
+        rho = self._solve_radius(nb, S, C, nw.max(axis=1), rho0, "step(s)")
         if radius is not None:
             rho = np.minimum(rho, radius)
         return _unit(b, nb) * rho[:, None]
 
-    def minimize_sum(self, w_blocks, weights_blocks=None, radius=None) -> tuple[np.ndarray, float]:
-        """Hindsight comparator argmin_{‖x‖ ≤ radius} Σ_t Σ_m c_{t,m} F(x, w_{t,m}).
+    def minimize_sum(self, w_blocks, weights_blocks=None, radius=None, scale_blocks=None,
+                     per_client: bool = False):
+        """Hindsight comparator argmin_{‖x‖ ≤ radius} Σ_t Σ_m c_{t,m} F_{t,m}(x).
 
-        One pass over the blocks accumulates C = Σ c, B = Σ c κ(s‖w‖) w and
-        max ‖w‖; the objective is C A(s‖x‖) − s² x·B, minimised as in
+        One pass over the blocks accumulates, for every distinct feature scale
+        s, C_s = Σ c and the vector B = Σ c s² κ(s‖w‖) w, and max ‖w‖; the
+        objective is Σ_s C_s A(s‖x‖) − x·B, minimised as in
         :meth:`minimize_mean` (scalar bracketed Newton, exact projection).
         This is the comparator x* of FedSEA's expected regret (eq. (3)).
+        The cost of a Newton step grows with the number of distinct scales
+        (1 without ``scale_blocks``; piecewise-constant covariate shifts
+        give a few per client).
 
         Parameters
         ----------
@@ -874,14 +988,20 @@ class LogisticPopulation(_Population):
             Client optima, block by block (a single ndarray of shape
             (n, M, d) is one block). Only one pass is made.
         weights_blocks : iterable of array_like (n_i, M), or callable, optional
-            c_{t,m} ≥ 0 for the matching blocks (broadcastable); default 1/M.
+            c_{t,m} ≥ 0 for the matching blocks (broadcastable); default 1/M
+            (1 with ``per_client``).
         radius : float, optional
             L2-ball radius D ≥ 0; ``None`` for no constraint.
+        scale_blocks : iterable of array_like (n_i, M), or callable, optional
+            Per-client feature scales for the matching blocks.
+        per_client : bool
+            Solve one problem per client m (Σ_t c_{t,m} F_{t,m}) instead of
+            the network's; returns x (M, d) and value (M,).
 
         Returns
         -------
-        x : ndarray, shape (d,)
-        value : float
+        x : ndarray, shape (d,) (or (M, d))
+        value : float (or ndarray (M,))
             Σ_t Σ_m c_{t,m} F(x, w_{t,m}) in nats.
 
         Raises
@@ -894,20 +1014,145 @@ class LogisticPopulation(_Population):
             weight not < 1e-10).
         """
         radius = _check_radius(radius)
-        d, s = self._dim, self.feature_scale
-        C, B, top = 0.0, np.zeros(d), 0.0
-        for w, c in _blocks(w_blocks, weights_blocks, d):
+        res = self._prefix_solutions(w_blocks, weights_blocks, radius, scale_blocks, per_client, None)
+        x, value = res[-1]
+        if per_client:
+            return x, value
+        return x[0], float(value[0])
+
+    def minimize_prefix_sums(self, w_blocks, steps, weights_blocks=None, radius=None, scale_blocks=None):
+        """:meth:`minimize_sum` over the first ``t`` steps, for every ``t`` in ``steps``, in one pass.
+
+        Used for the expected-regret comparator at checkpoints: the running
+        sums of :meth:`minimize_sum` are snapshotted where the step count
+        reaches each t, then one scalar Newton solve per t.
+
+        Parameters
+        ----------
+        w_blocks, weights_blocks, radius, scale_blocks
+            As in :meth:`minimize_sum`.
+        steps : sequence of int
+            Increasing step counts t ≥ 1.
+
+        Returns
+        -------
+        list of (x (d,), value float), one per t.
+
+        Raises
+        ------
+        ValueError, RuntimeError
+            As :meth:`minimize_sum`.
+        """
+        radius = _check_radius(radius)
+        return [(x[0], float(v[0])) for x, v in
+                self._prefix_solutions(w_blocks, weights_blocks, radius, scale_blocks, False, list(steps))]
+
+    def _prefix_solutions(self, w_blocks, weights_blocks, radius, scale_blocks, per_client, steps):
+        d = self._dim
+        scales = None if scale_blocks is None else iter(scale_blocks() if callable(scale_blocks) else scale_blocks)
+        groups: dict = {}         # (row, scale) -> C
+        B, top = None, None
+        snaps, done = [], 0
+        pending = None if steps is None else list(steps)
+
+        def absorb(w, c, s):
+            nonlocal B, top
+            M = w.shape[1]
+            if per_client and weights_blocks is None:
+                c = np.ones_like(c)             # each client alone: weight 1 per step
+            if B is None:
+                rows = M if per_client else 1
+                B, top = np.zeros((rows, d)), np.zeros(rows)
             nw = _norm(w)
-            C += float(c.sum())
-            B += np.einsum("nm,nm,nmd->d", c, _kappa(s * nw), w)
-            if (c > 0).any():
-                top = max(top, float(nw[c > 0].max()))
-        if C <= 0:
+            coef = c * s * s * _kappa(s * nw)
+            row = np.broadcast_to(np.arange(M) if per_client else np.zeros(M, int), w.shape[:2])
+            if per_client:
+                B += np.einsum("nm,nmd->md", coef, w)
+            else:
+                B[0] += np.einsum("nm,nmd->d", coef, w)
+            live = c > 0
+            np.maximum.at(top, row[live], nw[live])
+            keys, inv = np.unique(np.stack([row.ravel(), s.ravel()]), axis=1, return_inverse=True)
+            sums = np.bincount(inv.ravel(), weights=c.ravel(), minlength=keys.shape[1])
+            for (r, sv), v in zip(keys.T, sums):
+                groups[(int(r), float(sv))] = groups.get((int(r), float(sv)), 0.0) + float(v)
+
+        for w, c in _blocks(w_blocks, weights_blocks, d):
+            s = np.broadcast_to(self.feature_scale if scales is None else np.asarray(next(scales), float), w.shape[:2])
+            start = 0
+            while pending and done + (w.shape[0] - start) >= pending[0]:
+                cut = start + pending[0] - done
+                if cut > start:
+                    absorb(w[start:cut], c[start:cut], s[start:cut])
+                done += cut - start
+                start = cut
+                snaps.append((B.copy(), dict(groups), top.copy()))
+                pending.pop(0)
+            if start < w.shape[0]:
+                absorb(w[start:], c[start:], s[start:])
+                done += w.shape[0] - start
+        if steps is None:
+            snaps.append((B, groups, top))
+        elif pending:
+            raise ValueError(f"minimize_prefix_sums: the blocks hold {done} steps, fewer than {pending[0]}.")
+        return [self._solve_groups(*snap, radius) for snap in snaps]
+
+    def _solve_groups(self, B, groups, top, radius):
+        rows = B.shape[0]
+        K = max(1, max(sum(1 for (r, _) in groups if r == i) for i in range(rows)))
+        S, C = np.ones((rows, K)), np.zeros((rows, K))
+        fill = np.zeros(rows, int)
+        for (r, sv), v in sorted(groups.items()):
+            S[r, fill[r]], C[r, fill[r]] = sv, v
+            fill[r] += 1
+        total = C.sum(axis=1)
+        if np.any(total <= 0):
             raise ValueError("The total weight Σ c_{t,m} must be > 0.")
-        nb = _norm(B) / C
-        rho = self._solve_radius(np.array([nb]), np.array([top]), np.array([nb / 0.25]), "the hindsight problem")[0]
+        nb = _norm(B)
+        rho0 = nb / np.maximum(0.25 * np.sum(C * S * S, axis=1), 1e-300)
+        rho = self._solve_radius(nb, S, C, top, rho0, "the hindsight problem")
         if radius is not None:
-            rho = min(rho, radius)
-        x = _unit(B, np.asarray(_norm(B))) * rho
-        value = C * float(_softplus_mean(s * rho)) - s * s * float(x @ B)
-        return x, float(value)
+            rho = np.minimum(rho, radius)
+        x = _unit(B, nb) * rho[:, None]
+        value = np.sum(C * _softplus_mean(S * rho[:, None]), axis=1) - np.einsum("rd,rd->r", x, B)
+        return x, value
+
+
+# ============================================================================= Dirac
+class DiracLeastSquares:
+    """The population of the Dirac (point-mass) least-squares adversary.
+
+    The adversary reveals D_{t,m} = δ_{ξ_{t,m}}, so F_{t,m}(x) = f(x, ξ_{t,m})
+    = (1/b) Σ_i ½ (a_i·x − y_i)² is the realised loss itself: there is no
+    gradient noise (σ_t² = 0), the expected regret of FedSEA's eq. (3) equals
+    the realised static regret, and the per-step optimum u_t minimises the
+    pooled quadratic of step t. This recovers the classical adversarial
+    online-learning setting inside SEA (the introduction of FedSEA; Sachs et
+    al., 2022). The tracker computes every quantity from the samples
+    (:mod:`streamfl.regret.tracker`); this object only marks the stream.
+
+    Parameters
+    ----------
+    dim : int
+        d ≥ 1.
+
+    Examples
+    --------
+    >>> DiracLeastSquares(3).dirac
+    True
+    """
+
+    dirac = True
+    smoothness = None            # per-step λ_max(A_t) varies; the tracker estimates L from the features
+    strong_convexity = None
+
+    def __init__(self, dim: int):
+        self._dim = _check_int("DiracLeastSquares", "dim", dim, 1)
+
+    @property
+    def dim(self) -> int:
+        """int: the model dimension d."""
+        return self._dim
+
+    def __repr__(self):
+        return f"DiracLeastSquares(dim={self._dim})"

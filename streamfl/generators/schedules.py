@@ -1,7 +1,7 @@
 """Temporal drift schedules: how the adversary moves the optimum over time.
 
 The synthetic adversary (:class:`~streamfl.generators.synthetic.SyntheticStream`)
-places client m's optimum at x*_{t,m} = c_t + ζ δ_m. A schedule moves the
+places client m's optimum at x*_{t,m} = c_t + ζ_t δ_m. A schedule moves the
 centre c_t (units: model-parameter units, per step). Schedules compose in a
 fixed order, so a list of them is unambiguous:
 
@@ -14,6 +14,16 @@ fixed order, so a list of them is unambiguous:
 
 Every schedule draws from its own seeded generator, so the path is identical
 for every chunking of the stream and on every replay.
+
+Client-specific drift: every schedule but ``adaptive`` takes ``clients`` (the
+client indices it moves; default all), ``delay`` (client m runs the schedule
+``delay``·m steps late, so clients drift at different times) and ``speeds``
+(a per-client multiplier of the motion: of the speed for ``linear`` and
+``rotation``, of the amplitude for ``periodic``, of the step for
+``random_walk``). A schedule with any of them moves each selected client's
+optimum instead of the shared centre; the population loss stays exact because
+it only needs the optima. ``random_walk`` accepts no ``delay`` and ``abrupt``
+no ``speeds``.
 
 >>> import numpy as np
 >>> s = Linear(speed=0.5)
@@ -33,12 +43,80 @@ def _unit(rng: np.random.Generator, dim: int) -> np.ndarray:
 
 
 class Schedule:
-    """Base class. ``reset`` is called at the start of every replay."""
+    """Base class. ``reset`` is called at the start of every replay.
+
+    ``clients``, ``delay`` and ``speeds`` (see the module docstring) are set
+    by :meth:`per_client`; by default a schedule moves the shared centre.
+    """
 
     order = 3
+    clients: list[int] | None = None
+    delay: int = 0
+    speeds: list[float] | None = None
 
     def reset(self, rng: np.random.Generator, dim: int, c0: np.ndarray | None = None) -> None:
         self.rng, self.dim = rng, dim
+
+    def per_client(self, clients=None, delay: int = 0, speeds=None) -> "Schedule":
+        """Make the schedule client-specific; returns ``self``.
+
+        Parameters
+        ----------
+        clients : list of int or None
+            Client indices (0-based) the schedule moves; ``None`` = all.
+        delay : int
+            Client m sees the schedule at step t − delay·m (≥ 0).
+        speeds : list of float or None
+            One multiplier per client index (length M) or per listed client.
+
+        Raises
+        ------
+        ValueError
+            For a negative delay, a negative or repeated client index, or a
+            non-finite speed.
+        """
+        name = type(self).__name__
+        if clients is not None and (len(set(clients)) != len(clients) or any(int(c) < 0 for c in clients)):
+            raise ValueError(f"The 'clients' parameter of {name} must list distinct client indices >= 0. "
+                             f"Got {clients!r} instead.")
+        if not (isinstance(delay, (int, np.integer)) and delay >= 0):
+            raise ValueError(f"The 'delay' parameter of {name} must be an int >= 0. Got {delay!r} instead.")
+        if speeds is not None and not np.all(np.isfinite(np.asarray(speeds, dtype=float))):
+            raise ValueError(f"The 'speeds' parameter of {name} must be finite floats. Got {speeds!r} instead.")
+        self.clients = None if clients is None else [int(c) for c in clients]
+        self.delay = int(delay)
+        self.speeds = None if speeds is None else [float(v) for v in speeds]
+        return self
+
+    @property
+    def client_specific(self) -> bool:
+        """True when the schedule moves clients individually (not the shared centre)."""
+        return self.clients is not None or self.delay > 0 or self.speeds is not None
+
+    def client_factors(self, n_clients: int) -> tuple[np.ndarray, np.ndarray]:
+        """(selected (M,) bool, multiplier (M,) float) for M clients.
+
+        Raises ValueError when a listed client does not exist or ``speeds`` has
+        the wrong length.
+        """
+        name = type(self).__name__
+        selected = np.ones(n_clients, bool)
+        if self.clients is not None:
+            if max(self.clients) >= n_clients:
+                raise ValueError(f"{name}: client index {max(self.clients)} does not exist "
+                                 f"(there are {n_clients} clients, 0..{n_clients - 1}).")
+            selected[:] = False
+            selected[self.clients] = True
+        mult = np.ones(n_clients)
+        if self.speeds is not None:
+            if len(self.speeds) == n_clients:
+                mult[:] = self.speeds
+            elif self.clients is not None and len(self.speeds) == len(self.clients):
+                mult[self.clients] = self.speeds
+            else:
+                raise ValueError(f"{name}: 'speeds' has {len(self.speeds)} values; give one per client "
+                                 f"({n_clients}) or one per listed client.")
+        return selected, mult
 
 
 class Abrupt(Schedule):
@@ -155,24 +233,162 @@ class RandomWalk(Schedule):
 
 class Adaptive(Schedule):
     """Adaptive adversary: before each step it sees every client's model x_{t,m}
-    and moves that client's optimum ``budget`` units directly away from it.
+    (FedSEA's, the main learner's: the baselines run on the stream tuned
+    against FedSEA) and moves the optima by ``budget`` units per client and
+    step (root mean square over clients).
 
-    This makes the stream step-by-step (it depends on the learner)."""
+    ``target`` chooses what the budget buys:
+
+    * ``own`` (default): each client's optimum moves directly away from that
+      client's own model, u_m = (x*_m − x_m)/‖x*_m − x_m‖. Between rounds
+      the client models differ, so most of this budget spreads the clients
+      apart (spatial heterogeneity ζ²) rather than moving their mean;
+    * ``centre``: every optimum moves by the same vector, away from the
+      average model: budget·(x̄* − x̄)/‖x̄* − x̄‖ — pure temporal drift (K²),
+      the spread of the optima is unchanged;
+    * ``spread``: the centred part of the ``own`` directions, u_m − ū,
+      rescaled to RMS budget — the mean optimum does not move (for least
+      squares K_t² = 0 from this part), only ζ² grows;
+    * ``both``: ``centre`` and ``spread`` with budget/√2 each (RMS budget).
+
+    This makes the stream step-by-step (it depends on the learner).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a = Adaptive(1.0, target="centre")
+    >>> a.reset(np.random.default_rng(0), dim=2)
+    >>> a.move(np.array([[1.0, 0.0], [3.0, 0.0]]), np.zeros((2, 2))).tolist()
+    [[1.0, 0.0], [1.0, 0.0]]
+    """
 
     order = 4
+    TARGETS = ("own", "centre", "spread", "both")
 
-    def __init__(self, budget: float):
+    def __init__(self, budget: float, target: str = "own"):
         if not budget >= 0:
             raise ValueError(f"The 'budget' parameter of Adaptive must be a float >= 0. Got {budget!r} instead.")
+        if target not in self.TARGETS:
+            raise ValueError(f"The 'target' parameter of Adaptive must be one of {self.TARGETS}. Got {target!r} instead.")
         self.budget = float(budget)
+        self.target = target
+
+    def _away(self, diff: np.ndarray) -> np.ndarray:
+        norm = np.linalg.norm(diff, axis=-1, keepdims=True)
+        fallback = np.broadcast_to(_unit(self.rng, self.dim), diff.shape)
+        return np.where(norm > 1e-12, diff / np.maximum(norm, 1e-300), fallback)
 
     def move(self, optima: np.ndarray, models: np.ndarray) -> np.ndarray:
         """Per-client displacement, shape (M, d), for optima and models (M, d)."""
-        diff = optima - models
-        norm = np.linalg.norm(diff, axis=1, keepdims=True)
-        fallback = np.broadcast_to(_unit(self.rng, self.dim), diff.shape)
-        direction = np.where(norm > 1e-12, diff / np.maximum(norm, 1e-300), fallback)
-        return self.budget * direction
+        if self.target == "own":
+            return self.budget * self._away(optima - models)
+        out = np.zeros_like(optima)
+        share = self.budget if self.target != "both" else self.budget / np.sqrt(2.0)
+        if self.target in ("centre", "both"):
+            out += share * self._away(optima.mean(axis=0) - models.mean(axis=0))[None, :]
+        if self.target in ("spread", "both"):
+            own = self._away(optima - models)
+            spread = own - own.mean(axis=0)
+            rms = np.sqrt(np.mean(np.sum(spread * spread, axis=1)))
+            if rms > 1e-12:
+                out += share * spread / rms
+        return out
+
+
+class HeterogeneityChange:
+    """Time-varying spatial heterogeneity: ζ_t = ζ · h(t) ≥ 0.
+
+    * ``ramp``: h goes linearly from 1 at step ``start`` to ``to``/ζ at step
+      ``end`` (constant before and after), i.e. ζ_t moves from ζ to ``to``;
+    * ``periodic``: ζ_t = max(0, ζ + amplitude · sin(2π t / period)).
+
+    Parameters
+    ----------
+    kind : {"ramp", "periodic"}
+    start, end : int
+    to : float
+        ζ at ``end`` (ramp), model units, ≥ 0.
+    amplitude, period : float
+
+    Examples
+    --------
+    >>> h = HeterogeneityChange("ramp", start=0, end=10, to=2.0)
+    >>> h.zeta(np.array([0, 5, 10, 20]), 1.0).tolist()
+    [1.0, 1.5, 2.0, 2.0]
+    """
+
+    def __init__(self, kind: str, start: int = 0, end: int = 0, to: float = 0.0, amplitude: float = 0.0,
+                 period: float = 1.0):
+        if kind not in ("ramp", "periodic"):
+            raise ValueError(f"The 'kind' parameter of HeterogeneityChange must be 'ramp' or 'periodic'. Got {kind!r} instead.")
+        if kind == "ramp" and not (0 <= start <= end and to >= 0):
+            raise ValueError(f"HeterogeneityChange ramp needs 0 <= start <= end and to >= 0. Got start={start}, end={end}, to={to}.")
+        if kind == "periodic" and not period > 0:
+            raise ValueError(f"The 'period' parameter of HeterogeneityChange must be > 0. Got {period!r} instead.")
+        self.kind, self.start, self.end, self.to = kind, int(start), int(end), float(to)
+        self.amplitude, self.period = float(amplitude), float(period)
+
+    def zeta(self, ts: np.ndarray, zeta: float) -> np.ndarray:
+        """ζ_t at steps ``ts`` (n,) for base ζ, shape (n,)."""
+        ts = np.asarray(ts, dtype=np.float64)
+        if self.kind == "ramp":
+            frac = np.clip((ts - self.start) / max(self.end - self.start, 1), 0.0, 1.0)
+            if self.end == self.start:
+                frac = (ts >= self.start).astype(np.float64)
+            return zeta + (self.to - zeta) * frac
+        return np.maximum(0.0, zeta + self.amplitude * np.sin(2 * np.pi * ts / self.period))
+
+
+class CovariateShift:
+    """Covariate shift: the clients' feature scale jumps by ``factors`` at the steps ``at``.
+
+    Features become a = s_m f_{t,m} z: the feature distribution moves while
+    P(y | a) (the optimum) does not. F stays exact (F(x) = ½ (s f)² ‖x − w‖²
+    + ½ σ² for least squares, the Stein form of the logistic loss with scale
+    s f); piecewise-constant factors keep the logistic hindsight comparator
+    to a few distinct scales.
+
+    Parameters
+    ----------
+    at : list of int
+        Steps (0-based) at which the factor changes.
+    factors : list of float
+        The factor from each step of ``at`` on (> 0; 1 before the first).
+    clients : list of int or None
+        Clients affected (default all).
+
+    Examples
+    --------
+    >>> c = CovariateShift(at=[2], factors=[3.0], clients=[1])
+    >>> c.factor(np.arange(4), 2).tolist()
+    [[1.0, 1.0], [1.0, 1.0], [1.0, 3.0], [1.0, 3.0]]
+    """
+
+    def __init__(self, at: list[int], factors: list[float], clients: list[int] | None = None):
+        if not at or len(at) != len(factors):
+            raise ValueError(f"CovariateShift needs as many 'factors' as 'at' steps (at least one). Got at={at!r}, factors={factors!r}.")
+        if any(int(a) < 0 for a in at) or list(at) != sorted(at):
+            raise ValueError(f"The 'at' parameter of CovariateShift must be increasing steps >= 0. Got {at!r} instead.")
+        if not all(np.isfinite(f) and f > 0 for f in factors):
+            raise ValueError(f"The 'factors' parameter of CovariateShift must be floats > 0. Got {factors!r} instead.")
+        self.at = [int(a) for a in at]
+        self.factors = [1.0] + [float(f) for f in factors]
+        self.clients = None if clients is None else [int(c) for c in clients]
+
+    def factor(self, ts: np.ndarray, n_clients: int) -> np.ndarray:
+        """Feature-scale multipliers at steps ``ts``, shape (n, M)."""
+        f = np.asarray(self.factors)[np.searchsorted(np.asarray(self.at), ts, side="right")]
+        out = np.ones((len(ts), n_clients))
+        cols = slice(None) if self.clients is None else self.clients
+        if self.clients is not None and max(self.clients) >= n_clients:
+            raise ValueError(f"CovariateShift: client index {max(self.clients)} does not exist "
+                             f"(there are {n_clients} clients).")
+        out[:, cols] = f[:, None]
+        return out
+
+    @property
+    def max_factor(self) -> float:
+        return max(self.factors)
 
 
 SCHEDULES = {

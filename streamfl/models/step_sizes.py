@@ -12,6 +12,10 @@ and (Theorem 2) a decaying η_t of order 1/(μ t) for μ-strongly convex losses.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class StepSize:
@@ -55,6 +59,20 @@ class StepSize:
         if self.kind == "inv_sqrt":
             return self.eta / math.sqrt(t)
         return 1.0 / (self.mu * (t + self.t0))
+
+    def values(self, ts) -> np.ndarray:
+        """η_t for an array of steps ``ts`` (1-based), vectorised; same values as calling per step.
+
+        >>> StepSize("inv_sqrt", eta=1.0).values([1, 4]).tolist()
+        [1.0, 0.5]
+        """
+        import numpy as np
+        ts = np.asarray(ts, dtype=np.float64)
+        if self.kind == "constant":
+            return np.full(ts.shape, float(self.eta))
+        if self.kind == "inv_sqrt":
+            return self.eta / np.sqrt(ts)
+        return 1.0 / (self.mu * (ts + self.t0))
 
     def __repr__(self) -> str:
         return f"StepSize(kind={self.kind!r}, eta={self.eta}, mu={self.mu}, t0={self.t0})"

@@ -3,38 +3,125 @@
 FedSEA (§2 "Spatial and Temporal Heterogeneity", §3.1, eq. (8) and Theorem 1)
 bounds the regret with, at step t and point x,
 
-* gradient noise   σ_t² = (1/M) Σ_m E‖∇f(x, ξ) − ∇F_{t,m}(x)‖²,
+* gradient noise   σ_t² = (1/M) Σ_m E‖∇f(x, ξ) − ∇F_{t,m}(x)‖²      (eq. (8)),
 * spatial          ζ_t² = (1/M) Σ_m ‖∇F_{t,m}(x) − ∇F_t(x)‖²,
 * temporal         K_t² = ‖∇F_t(x) − ∇F_{t−1}(x)‖²,
 
-with F_t = (1/M) Σ_m F_{t,m}. Parallelisation helps when σ̄²/M ≥ L·K̄²
-(the discussion after Theorem 1).
+with F_t = (1/M) Σ_m F_{t,m}; all three are squared gradient norms (units:
+loss² per squared model unit, e.g. nats² per squared model unit). σ_t² is
+the noise of the mini-batch gradient the clients use (per-sample noise / b).
 
-We evaluate them at the played points: σ_t² at each client's model x_{t,m},
-ζ_t² and K_t² at the virtual average x̄_t = (1/M) Σ_m x_{t,m}. σ_t² is the
-noise of the mini-batch gradient the clients use (per-sample noise / b).
+Where they are evaluated (the paper's text leaves the point open; these are
+our choices):
+
+* ``sigma2``: at the played points x_{t,m} (client m's noise at its own
+  model). For least squares this includes the multiplicative part
+  s⁴ (d + 1) ‖x − x*‖²/b, which grows with the learner's own error;
+* ``sigma2_comparator``: at the comparator u_t = argmin F_t (synthetic
+  streams only): the noise floor the learner cannot remove, the "σ² at the
+  optimum" of local-SGD analyses (Koloskova et al., 2020, cited by FedSEA
+  Remark 1). The regime condition (:mod:`streamfl.regret.regime`) uses this
+  one when it exists;
+* ``zeta2``, ``K2``: at the virtual average x̄_t = (1/M) Σ_m x_{t,m}.
 
 Two estimators:
 
 * :func:`population_estimates` — exact, from the generator's population model
   (closed form for least squares, quadrature for logistic).
-* :func:`empirical_estimates` — for real data, from stochastic gradients at
-  x̄_t: σ̂² is the within-mini-batch sample variance / b (needs b ≥ 2,
-  else NaN); ζ̂² is the spread of the client gradients minus its noise part
-  (1 − 1/M)·σ̂² (when σ̂² is unknown the raw spread is reported, an upper
-  estimate); K̂² is ‖ḡ_t(x̄_t) − ḡ_{t−1}(x̄_t)‖² minus its noise part 2σ̂²/M.
-  Negative values after the correction are clipped to 0.
+* :func:`empirical_estimates` — for real data, from stochastic gradients;
+  every estimate is *unbiased* per step (it may be negative: only what is
+  displayed is clipped at 0, never what is averaged), see its docstring.
+
+:class:`RunningMean` averages the per-step values and gives a standard error
+(batch means, so serially correlated series are not overconfident) and the
+maximum (σ²_max, K²_max of FedSEA's Theorem 2).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..models.losses import get_loss
 
 
+class RunningMean:
+    """Streaming mean, standard error and maximum of a per-step series.
+
+    The standard error is the batch-means estimate: steps are grouped into
+    consecutive blocks of ``block`` steps (fixed in absolute step numbers,
+    so the result does not depend on chunking) and SE = sd(block means)/√k
+    over the k blocks (weighted by their counts). For an independent series
+    it agrees with sd/√n; for a serially correlated one (population values
+    along a trajectory) it does not pretend to be more precise than it is.
+    NaN values are skipped.
+
+    Parameters
+    ----------
+    block : int
+        Steps per block (≥ 1); the tracker uses ⌈T/32⌉.
+
+    Examples
+    --------
+    >>> r = RunningMean(block=2)
+    >>> r.update(np.array([1.0, 3.0, np.nan, 5.0, 7.0]), np.arange(1, 6))
+    >>> r.mean, r.count, r.max_step
+    (4.0, 4, 7.0)
+    """
+
+    def __init__(self, block: int = 1):
+        self.block = max(1, int(block))
+        self.total = 0.0
+        self.count = 0
+        self.max_step = -math.inf
+        self._sums: dict[int, float] = {}
+        self._counts: dict[int, int] = {}
+
+    def update(self, values: np.ndarray, steps: np.ndarray) -> None:
+        """Absorb ``values`` (n,) observed at 1-based ``steps`` (n,)."""
+        values = np.asarray(values, dtype=np.float64)
+        ok = np.isfinite(values)
+        if not ok.any():
+            return
+        v, t = values[ok], np.asarray(steps)[ok]
+        self.total += float(v.sum())
+        self.count += int(ok.sum())
+        self.max_step = max(self.max_step, float(v.max()))
+        ids = (t - 1) // self.block
+        for i in np.unique(ids):
+            sel = ids == i
+            self._sums[int(i)] = self._sums.get(int(i), 0.0) + float(v[sel].sum())
+            self._counts[int(i)] = self._counts.get(int(i), 0) + int(sel.sum())
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else math.nan
+
+    @property
+    def se(self) -> float:
+        """Batch-means standard error of :attr:`mean` (NaN with fewer than 2 blocks)."""
+        k = len(self._counts)
+        if k < 2:
+            return math.nan
+        n = np.array([self._counts[i] for i in sorted(self._counts)], dtype=float)
+        m = np.array([self._sums[i] for i in sorted(self._sums)]) / n
+        w = n / n.sum()
+        with np.errstate(over="ignore", invalid="ignore"):
+            mbar = float(w @ m)
+            var = k / (k - 1) * float(np.sum(w * w * (m - mbar) ** 2))
+        return float(math.sqrt(var)) if var >= 0 else math.nan
+
+    @property
+    def max_block(self) -> float:
+        """The largest block mean (a maximum that noisy per-step estimates do not inflate)."""
+        if not self._counts:
+            return math.nan
+        return max(self._sums[i] / self._counts[i] for i in self._counts)
+
+
 def population_estimates(population, models, average, optima, previous_optima, batch_size, steps=None,
-                         noise_every=1):
+                         noise_every=1, comparator=None, scale=None, noise=None, previous_scale=None):
     """Exact σ_t², ζ_t², K_t² for a chunk of synthetic steps.
 
     Parameters
@@ -47,81 +134,192 @@ def population_estimates(population, models, average, optima, previous_optima, b
     batch_size : int — b.
     steps : ndarray (n,) of int or None — the steps t of the chunk.
     noise_every : int
-        Evaluate σ_t² only where t is a multiple of this (NaN elsewhere; the
-        running mean σ̄² is over the evaluated steps). The logistic noise needs
-        a 2-D quadrature per (x, x*) pair, so the tracker uses every M-th step.
+        Evaluate the noise only where t is a multiple of this (NaN elsewhere;
+        the running means are over the evaluated steps). The logistic noise
+        needs a 2-D quadrature per (x, x*) pair, so the tracker uses every
+        M-th step.
+    comparator : ndarray (n, d) or None
+        u_t; when given, ``sigma2_comparator`` is the noise there.
+    scale, noise : ndarray (n, M) or None
+        Per-client feature scales s_{t,m} and label noise σ_{t,m}.
+    previous_scale : ndarray (M,) or None
+        s_{t0−1,m} (for K² at the chunk's first step).
 
     Returns
     -------
-    sigma2, zeta2, K2 : ndarray (n,) each (K2 is NaN at the very first step).
+    dict of ndarray (n,): ``sigma2``, ``sigma2_comparator`` (NaN without a
+    comparator), ``zeta2``, ``K2`` (NaN at the very first step).
     """
-    n = optima.shape[0]
+    n, M = optima.shape[:2]
     rows = np.arange(n) if steps is None or noise_every == 1 else np.flatnonzero(steps % noise_every == 0)
-    sigma2 = np.full(n, np.nan)
-    if len(rows):
-        sigma2[rows] = population.grad_noise(models[rows], optima[rows]).mean(axis=1) / batch_size
-    g = population.grad(average[:, None, :], optima)
+    def noise_at(points):
+        out = np.full(n, np.nan)
+        if len(rows):
+            sc = None if scale is None else scale[rows]
+            nk = {} if noise is None else {"noise": noise[rows]}
+            out[rows] = population.grad_noise(points[rows], optima[rows], scale=sc, **nk).mean(axis=1) / batch_size
+        return out
+
+    sigma2 = noise_at(models)
+    sigma2_comp = noise_at(np.broadcast_to(comparator[:, None, :], optima.shape)) if comparator is not None \
+        else np.full(n, np.nan)
+    g = population.grad(average[:, None, :], optima, scale=scale)
     gbar = g.mean(axis=1)
     zeta2 = np.sum((g - gbar[:, None, :]) ** 2, axis=-1).mean(axis=1)
     if previous_optima is None:
         prev = np.concatenate([optima[:1], optima[:-1]])
+        pscale = None if scale is None else np.concatenate([scale[:1], scale[:-1]])
     else:
         prev = np.concatenate([previous_optima[None], optima[:-1]])
-    gprev = population.grad(average[:, None, :], prev).mean(axis=1)
+        pscale = None if scale is None else np.concatenate([previous_scale[None], scale[:-1]])
+    gprev = population.grad(average[:, None, :], prev, scale=pscale).mean(axis=1)
     K2 = np.sum((gbar - gprev) ** 2, axis=-1)
     if previous_optima is None:
         K2[0] = np.nan
-    return sigma2, zeta2, K2
+    return {"sigma2": sigma2, "sigma2_comparator": sigma2_comp, "zeta2": zeta2, "K2": K2}
 
 
-def _client_gradients(task, average, X, y):
-    """Mini-batch gradient per client at x̄_t, and within-batch variance.
+def client_gradients(task, points, X, y):
+    """Mini-batch gradient, within-batch variance, loss and Hessian trace per client at given points.
 
-    average (n, d, K); X (n, M, b, d); y (n, M, b) → g (n, M, d*K), s2 (n, M)."""
+    Parameters
+    ----------
+    task : str
+    points : ndarray (n, d, K) — one model per step, evaluated on every client's batch.
+    X : (n, M, b, d); y : (n, M, b).
+
+    Returns
+    -------
+    g : ndarray (n, M, d·K) — mini-batch mean gradient;
+    v : ndarray (n, M) — unbiased variance of g: within-batch sample
+        variance of the per-sample gradients / b (NaN if b = 1);
+    loss : ndarray (n, M) — mini-batch mean loss;
+    hess : ndarray (n, M) — mini-batch mean of the per-sample Hessian trace
+        (‖a‖² for least squares, σ'(z)‖a‖² for logistic,
+        ‖a‖² Σ_k p_k(1 − p_k) for softmax).
+
+    Cost O(n M b d K).
+    """
     n, M, b, d = X.shape
-    K = average.shape[-1]
-    loss_fn = get_loss(task)
-    W = np.broadcast_to(average[:, None, None], (n, M, b, d, K)).reshape(-1, d, K)
-    _, g = loss_fn(W, X.reshape(-1, 1, d), y.reshape(-1, 1))
-    g = g.reshape(n, M, b, d * K)
-    gm = g.mean(axis=2)
-    if b >= 2:
-        s2 = np.sum((g - gm[:, :, None]) ** 2, axis=(2, 3)) / (b - 1) / b
+    K = points.shape[-1]
+    get_loss(task)                      # validates the task name
+    Xf = X.reshape(n, M * b, d)
+    z = np.einsum("nid,ndk->nik", Xf, points).reshape(n, M, b, K)
+    if task == "least_squares":
+        r = z[..., 0] - y
+        per_loss = 0.5 * r * r
+        coef = r[..., None]
+        h = np.ones((n, M, b))
+    elif task == "logistic":
+        zz = z[..., 0]
+        p = 1.0 / (1.0 + np.exp(-np.clip(zz, -700, 700)))
+        per_loss = np.logaddexp(0.0, zz) - y * zz
+        coef = (p - y)[..., None]
+        h = p * (1 - p)
     else:
-        s2 = np.full((n, M), np.nan)
-    return gm, s2
+        zmax = z.max(axis=-1, keepdims=True)
+        e = np.exp(z - zmax)
+        p = e / e.sum(axis=-1, keepdims=True)
+        yi = y.astype(np.int64)
+        per_loss = (np.log(e.sum(axis=-1)) + zmax[..., 0]) - np.take_along_axis(z, yi[..., None], -1)[..., 0]
+        coef = p.copy()
+        np.put_along_axis(coef, yi[..., None], np.take_along_axis(coef, yi[..., None], -1) - 1.0, -1)
+        h = np.sum(p * (1 - p), axis=-1)
+    # per-sample gradient a ⊗ coef, flattened (d·K)
+    gs = (X[..., :, None] * coef[..., None, :]).reshape(n, M, b, d * K)
+    gm = gs.mean(axis=2)
+    if b >= 2:
+        v = np.sum((gs - gm[:, :, None]) ** 2, axis=(2, 3)) / (b - 1) / b
+    else:
+        v = np.full((n, M), np.nan)
+    a2 = np.einsum("nmbd,nmbd->nmb", X, X)
+    hess = np.mean(h * a2, axis=2)
+    return gm, v, per_loss.mean(axis=2), hess
 
 
-def empirical_estimates(task, average, X, y, c, previous):
-    """Stochastic-gradient estimates of σ_t², ζ_t², K_t² (see module docstring).
+def empirical_estimates(task, average, X, y, c, previous=None, noise_free: bool = False):
+    """Unbiased stochastic-gradient estimates of σ_t², ζ_t², K_t² (real data).
+
+    With g_{t,m}(x) the mini-batch gradient of client m and v_{t,m}(x) the
+    within-batch sample variance of its per-sample gradients divided by b
+    (an unbiased estimate of Var g_{t,m}(x)), weights c_{t,m} (Σ_m c = 1)
+    and ḡ_t = Σ_m c_m g_{t,m}:
+
+    * σ̂_t² = Σ_m c_m v_{t,m}(x̄_t) — unbiased for Σ_m c_m σ²_{t,m}/b;
+    * ζ̂_t² = Σ_m c_m ‖g_{t,m} − ḡ_t‖² − Σ_m c_m (1 − c_m) v_{t,m}, at x̄_t.
+      E Σ c‖g_m − ḡ‖² = ζ_t² + Σ_m c_m (1 − c_m) Var g_m (with c = 1/M:
+      (1 − 1/M) σ_t²), so the difference is unbiased;
+    * K̂_t² = ‖ḡ_t(x̄_{t−1}) − ḡ_{t−1}(x̄_{t−1})‖² − Σ_m c_{t,m}² v_{t,m}(x̄_{t−1})
+      − Σ_m c_{t−1,m}² v_{t−1,m}(x̄_{t−1}). Both mini-batches are evaluated
+      at x̄_{t−1}, the average model played at step t − 1, which was fixed
+      before either batch was drawn — at x̄_t the batch of step t − 1 would
+      already have been learnt from, which biases the difference.
+
+    The estimates are *not* clipped: a per-step value can be negative, and
+    only the running mean (which is unbiased) is clipped for display. With
+    b = 1 the within-batch variance does not exist: σ̂² is NaN and ζ̂², K̂²
+    are the raw (upward-biased) spreads; the tracker reports that.
+
+    With ``noise_free`` (the Dirac adversary: every F_{t,m} is the revealed
+    loss itself, so there is no sampling noise) σ̂² = 0 and ζ̂², K̂² are the
+    exact spreads, without corrections.
 
     Parameters
     ----------
     task : str
     average : ndarray (n, d, K) — x̄_t
     X : (n, M, b, d); y : (n, M, b); c : (n, M) client weights
-    previous : tuple (X (M, b, d), y (M, b), c (M,)) of step t0−1, or None.
+    previous : dict or None
+        State of the step before the chunk: ``average`` (d, K) = x̄_{t0},
+        ``gbar`` (d·K,) = ḡ_{t0}(x̄_{t0}), ``var`` = Σ c² v at step t0;
+        ``None`` at t = 1.
 
     Returns
     -------
-    sigma2, zeta2, K2 : ndarray (n,)
+    est : dict of ndarray (n,)
+        ``sigma2``, ``zeta2``, ``K2`` (NaN at t = 1), ``virtual_loss``
+        (Σ_m c_m f(x̄_t, ξ_{t,m})), ``curvature`` (Σ_m c_m of the mean
+        per-sample Hessian trace at x̄_t divided by d·K: the mean Hessian
+        eigenvalue).
+    state : dict — ``previous`` for the next chunk.
+
+    Cost: two gradient evaluations of every mini-batch, O(n M b d K).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((3, 2, 4, 2)); y = rng.standard_normal((3, 2, 4))
+    >>> est, state = empirical_estimates("least_squares", np.zeros((3, 2, 1)), X, y, np.full((3, 2), 0.5))
+    >>> sorted(est), bool(np.isnan(est["K2"][0]))
+    (['K2', 'curvature', 'sigma2', 'virtual_loss', 'zeta2'], True)
     """
-    g, s2 = _client_gradients(task, average, X, y)
-    M = X.shape[1]
+    n, M, b, d = X.shape
+    dK = d * average.shape[-1]
+    g, v, loss, hess = client_gradients(task, average, X, y)
     gbar = np.einsum("nm,nmp->np", c, g)
-    sigma2 = np.einsum("nm,nm->n", c, s2) if X.shape[2] >= 2 else np.full(len(c), np.nan)
+    have_var = b >= 2 and not noise_free
+    sigma2 = np.einsum("nm,nm->n", c, v) if have_var else np.full(n, 0.0 if noise_free else np.nan)
     spread = np.einsum("nm,nm->n", c, np.sum((g - gbar[:, None]) ** 2, axis=-1))
-    zeta2 = np.where(np.isfinite(sigma2), np.maximum(spread - (1 - 1 / M) * np.nan_to_num(sigma2), 0.0), spread)
+    zeta2 = spread - np.einsum("nm,nm->n", c * (1 - c), v) if have_var else spread
+    var = np.einsum("nm,nm->n", c * c, v) if have_var else np.zeros(n)
+    # K²: batch t and batch t−1 at x̄_{t−1}
     if previous is None:
-        Xp = np.concatenate([X[:1], X[:-1]]); yp = np.concatenate([y[:1], y[:-1]]); cp = np.concatenate([c[:1], c[:-1]])
+        prev_avg = np.concatenate([average[:1], average[:-1]])
+        prev_g = np.concatenate([gbar[:1], gbar[:-1]])
+        prev_var = np.concatenate([var[:1], var[:-1]])
     else:
-        Xp = np.concatenate([previous[0][None], X[:-1]]); yp = np.concatenate([previous[1][None], y[:-1]])
-        cp = np.concatenate([previous[2][None], c[:-1]])
-    gp, s2p = _client_gradients(task, average, Xp, yp)
-    gpbar = np.einsum("nm,nmp->np", cp, gp)
-    raw = np.sum((gbar - gpbar) ** 2, axis=-1)
-    sigma2p = np.einsum("nm,nm->n", cp, s2p) if X.shape[2] >= 2 else np.full(len(c), np.nan)
-    K2 = np.where(np.isfinite(sigma2), np.maximum(raw - (np.nan_to_num(sigma2) + np.nan_to_num(sigma2p)) / M, 0.0), raw)
+        prev_avg = np.concatenate([previous["average"][None], average[:-1]])
+        prev_g = np.concatenate([previous["gbar"][None], gbar[:-1]])
+        prev_var = np.concatenate([np.atleast_1d(previous["var"]), var[:-1]])
+    gx, vx, _, _ = client_gradients(task, prev_avg, X, y)
+    vx = vx if have_var else np.zeros_like(vx)
+    gxbar = np.einsum("nm,nmp->np", c, gx)
+    raw = np.sum((gxbar - prev_g) ** 2, axis=-1)
+    K2 = raw - np.einsum("nm,nm->n", c * c, vx) - prev_var if have_var else raw
     if previous is None:
         K2[0] = np.nan
-    return sigma2, zeta2, K2
+    est = {"sigma2": sigma2, "zeta2": zeta2, "K2": K2,
+           "virtual_loss": np.einsum("nm,nm->n", c, loss),
+           "curvature": np.einsum("nm,nm->n", c, hess) / dK}
+    state = {"average": average[-1].copy(), "gbar": gbar[-1].copy(), "var": float(var[-1])}
+    return est, state

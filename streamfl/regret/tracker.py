@@ -12,17 +12,38 @@ learner's cumulative loss and its regret against the comparators:
 * **expected regret** (FedSEA eq. (3)), where the generator knows F:
   Σ_t (1/M) Σ_m F_{t,m}(x_{t,m}) − min_x Σ_t F_t(x) — live for least squares,
   at the end for logistic;
-* **dynamic regret** against u_t = argmin F_t: Σ_t [F_t(x̄_t) − F_t(u_t)];
+* **dynamic regret** against u_t = argmin F_t: Σ_t [F_t(x̄_t) − F_t(u_t)]
+  (at the virtual average x̄_t, the sequence FedSEA's analysis follows);
+* **decomposition** (FedSEA Lemma 1): the regret of the played models equals
+  the regret of the virtual average x̄_t = (1/M) Σ_m x_{t,m} (columns
+  ``regret_static_virtual``, ``regret_expected_virtual``) plus the consensus
+  part Σ_t Σ_m c_{t,m} [F_{t,m}(x_{t,m}) − F_{t,m}(x̄_t)] (``consensus_part``;
+  realised losses f instead of F on real data). The bound weighs the
+  consensus error C_t = Σ_m c_{t,m} ‖x_{t,m} − x̄_t‖² (``consensus``) by L/2
+  (smoothness): the summary's ``consensus_bound`` = (L/2) Σ_t C_t;
+* **per client** (each client alone against its own comparators, weight 1
+  per step it is present): static (live for least squares, exact at the end
+  for logistic), expected (live for least squares, exact at the end for
+  logistic) and dynamic (live, against its own per-step optimum);
 * **gaps** to every baseline: the main learner's cumulative loss minus the
   baseline's, on the same stream;
-* FedSEA's heterogeneity quantities σ_t², ζ_t², K_t² and their running means
-  (:mod:`streamfl.regret.heterogeneity`).
+* FedSEA's heterogeneity quantities σ_t², ζ_t², K_t², their running means
+  with standard errors and maxima (:mod:`streamfl.regret.heterogeneity`),
+  and the regime condition (:mod:`streamfl.regret.regime`).
 
 Memory is constant in T: per-step rows go to ``sink`` chunk by chunk.
+
+Cost per step, on top of the static comparator: O(M d K) for the
+decomposition and per-client regrets, O(M b d K) for the empirical
+heterogeneity estimates (two gradient evaluations of every mini-batch), and
+for the logistic population a few 1-D quadratures per client (the noise's
+2-D quadrature on every M-th step only). The least-squares static comparator
+keeps d×d statistics per client (O(M b d² + M d³) per step).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -30,8 +51,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .comparators import LeastSquaresHindsight, ReservoirHindsight, refit_points, solve_hindsight
-from .heterogeneity import empirical_estimates, population_estimates
+from .comparators import LeastSquaresHindsight, ReservoirHindsight, quadratic_min, refit_points, solve_hindsight
+from .heterogeneity import RunningMean, client_gradients, empirical_estimates, population_estimates
+from .regime import RegimeTerms, literal_condition
 
 
 @dataclass
@@ -44,6 +66,14 @@ class LiveState:
     heterogeneity: dict = field(default_factory=dict)
     samples: int = 0
     comparator: float = float("nan")
+    consensus: float = 0.0
+
+
+def _project_rows(x: np.ndarray, radius: float | None) -> np.ndarray:
+    if radius is None:
+        return x
+    n = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x * np.minimum(1.0, radius / np.maximum(n, 1e-300))
 
 
 class RegretTracker:
@@ -67,14 +97,21 @@ class RegretTracker:
         comparator of non-quadratic losses (deleted by :meth:`finalize`).
     reservoir_size : int
     seed : int
+    client_columns : bool
+        Write the per-client columns.
+    step_size : StepSize or None
+        The main learner's η_t, for the regime condition (undetermined without it).
+    tau : int or None
+        The main learner's τ, for the consensus term of the bound.
     """
 
     def __init__(self, stream, main: str, learners: list[str], radius: float | None = None,
                  sink=None, spool_dir: str | None = None, reservoir_size: int = 4096, seed: int = 0,
-                 client_columns: bool = True):
+                 client_columns: bool = True, step_size=None, tau: int | None = None):
         self.M, self.d, self.b = stream.n_clients, stream.n_features, stream.batch_size
         self.task, self.K = stream.task, (stream.n_classes if stream.task == "softmax" else 1)
         self.population = stream.population
+        self.dirac = bool(getattr(self.population, "dirac", False))
         self.main, self.learners, self.radius, self.sink = main, list(learners), radius, sink
         self.client_columns = client_columns
         self.cum = {name: 0.0 for name in self.learners}
@@ -94,24 +131,36 @@ class RegretTracker:
             self.spool_dir = spool_dir or tempfile.mkdtemp(prefix="streamfl-spool-")
             os.makedirs(self.spool_dir, exist_ok=True)
             self.spool = {k: open(os.path.join(self.spool_dir, k + ".bin"), "wb") for k in ("X", "y", "w", "t")}
-        # expected regret (population known)
+        self.known = self.population is not None and not self.dirac
+        # expected regret (population known): network and per-client running sums
         self.exp_learner = 0.0
-        self.opt_sums = [0.0, np.zeros(self.d), 0.0]        # Σc, Σ c w, Σ c ‖w‖²
-        self.client_opt_sums = [np.zeros(self.M), np.zeros((self.M, self.d)), np.zeros(self.M)]
+        self.exp_virtual = 0.0
+        self.opt_sums = [0.0, np.zeros(self.d), 0.0, 0.0]          # Σk, Σ k w, Σ k ‖w‖², Σ c σ²
+        self.client_opt_sums = [np.zeros(self.M), np.zeros((self.M, self.d)), np.zeros(self.M), np.zeros(self.M)]
         self.client_exp = np.zeros(self.M)
+        self.client_dyn = np.zeros(self.M)
         self.optima_spool = None
-        if self.population is not None and self.task == "logistic":
+        self.scale_spool = None
+        if self.known and self.task == "logistic":
             self.optima_spool = open(os.path.join(self.spool_dir, "optima.bin"), "wb")
         self.dynamic = 0.0
+        self.consensus_part = 0.0
+        self.cum_consensus = 0.0
+        self.cum_virtual = 0.0
         self.u_prev = None
         self.prev_optima = None
-        self.prev_batch = None
+        self.prev_scale = None
+        self.prev_est = None
+        self.D = math.nan if self.known else (2.0 * radius if radius is not None else math.nan)
         T = self.T = stream.n_steps
         self.checkpoints = set(np.unique(np.geomspace(max(1, T / 2**15), T, 16).astype(int)).tolist())
         self.checkpoint_loss = {}
         self.checkpoint_regret = {}
-        self.het_sums = np.zeros(3)
-        self.het_counts = np.zeros(3)
+        self.checkpoint_exp = {}
+        self.block = max(1, math.ceil(T / 32))
+        self.stats = {k: RunningMean(self.block) for k in ("sigma2", "sigma2_comparator", "zeta2", "K2", "curvature")}
+        self.step_size, self.tau = step_size, tau
+        self.regime = RegimeTerms(self.M, tau, step_size, self.block, estimated=not (self.known or self.dirac))
         self.client_last_step = np.zeros(self.M, dtype=np.int64)
         # how each population regret is known; the live view, summary.json and the
         # README's metrics.csv columns say the same
@@ -137,12 +186,24 @@ class RegretTracker:
 
         Returns
         -------
-        DataFrame with one row per step: ``t``, ``loss`` (network loss of the
-        main learner), ``cum_loss``, ``cum_loss_<baseline>``, ``gap_<baseline>``,
-        ``comparator_static``, ``regret_static``, ``regret_expected``,
-        ``regret_dynamic``, ``sigma2``, ``zeta2``, ``K2``, and per client
-        ``client<m>_cum_loss``, ``client<m>_avg_loss`` (over the steps the
-        client was present) and (least squares) ``client<m>_regret_static``.
+        DataFrame with one row per step:
+
+        * ``t``, ``loss`` (network loss of the main learner), ``cum_loss``,
+          ``cum_loss_<baseline>``, ``gap_<baseline>``;
+        * ``comparator_static``, ``regret_static``, ``regret_expected``,
+          ``regret_dynamic`` (NaN where not available);
+        * decomposition: ``cum_loss_virtual`` (Σ c f(x̄_t, ξ)),
+          ``regret_static_virtual``, ``regret_expected_virtual``,
+          ``consensus_part``, ``consensus`` (C_t, squared model units) and
+          ``cum_consensus``;
+        * heterogeneity: ``sigma2``, ``sigma2_comparator``, ``zeta2``, ``K2``
+          (squared gradient units), ``curvature`` (ℓ_t), and the regime
+          condition's cumulative sides ``regime_noise``, ``regime_temporal``
+          (loss units);
+        * per client: ``client<m>_cum_loss``, ``client<m>_avg_loss`` (over the
+          steps the client was present), ``client<m>_regret_static`` (least
+          squares), ``client<m>_regret_expected`` (synthetic least squares),
+          ``client<m>_regret_dynamic`` (synthetic).
         """
         n = chunk.n_steps
         c = chunk.weights()
@@ -191,26 +252,69 @@ class RegretTracker:
             for i in hits:
                 self.checkpoint_regret[int(ts[i])] = float(cols["regret_static"][i])
 
+        # the virtual average, its realised loss and the consensus error (Lemma 1)
+        average = models.mean(axis=1)                                    # (n, d, K)
+        dev = models - average[:, None]
+        consensus = np.einsum("nm,nm->n", c, np.sum(dev * dev, axis=(2, 3)))
+        est = None
+        if not self.known:
+            est, self.prev_est = empirical_estimates(self.task, average, chunk.X, chunk.y, c, self.prev_est,
+                                                     noise_free=self.dirac)
+        virtual_loss = est["virtual_loss"] if est is not None else \
+            np.einsum("nm,nm->n", c, client_gradients(self.task, average, chunk.X, chunk.y)[2])
+        cum_virtual = self.cum_virtual + np.cumsum(virtual_loss)
+        self.cum_virtual = float(cum_virtual[-1])
+        cols["cum_loss_virtual"] = cum_virtual
+        cols["regret_static_virtual"] = cum_virtual - comp
+        cols["regret_expected_virtual"] = np.full(n, np.nan)
+        cols["consensus"] = consensus
+        cols["cum_consensus"] = self.cum_consensus + np.cumsum(consensus)
+        self.cum_consensus = float(cols["cum_consensus"][-1])
+        self.state.consensus = self.cum_consensus
+
         # expected and dynamic regret, heterogeneity
         K1 = models.shape[-1] == 1
-        flat = models[..., 0] if K1 else None
-        average = models.mean(axis=1)
-        if self.population is not None and chunk.optimum is not None and K1:
-            cols.update(self._population_terms(chunk, c, flat, average[..., 0]))
-            sigma2, zeta2, K2 = population_estimates(self.population, flat, average[..., 0], chunk.optimum,
-                                                     self.prev_optima, self.b, ts,
-                                                     1 if self.task == "least_squares" else self.M)
+        client_expected = client_dynamic = None
+        L = self.smoothness()
+        if self.known and chunk.optimum is not None and K1:
+            pop_cols, u, client_expected, client_dynamic, part = self._population_terms(
+                chunk, c, models[..., 0], average[..., 0])
+            cols.update(pop_cols)
+            if self.prev_optima is None:
+                self.D = float(np.linalg.norm(average[0, :, 0] - u[0]))
+            het = population_estimates(self.population, models[..., 0], average[..., 0], chunk.optimum,
+                                       self.prev_optima, self.b, ts, 1 if self.task == "least_squares" else self.M,
+                                       comparator=u, scale=chunk.scale, noise=chunk.noise,
+                                       previous_scale=self.prev_scale)
             self.prev_optima = chunk.optimum[-1].copy()
+            self.prev_scale = None if chunk.scale is None else chunk.scale[-1].copy()
+            sc = np.full((n, self.M), self.population.feature_scale) if chunk.scale is None else chunk.scale
+            het["curvature"] = np.einsum("nm,nm->n", c, self.population.curvature(
+                np.broadcast_to(u[:, None, :], chunk.optimum.shape), scale=sc))
+            flag_noise = het["sigma2_comparator"]
+        elif self.dirac:
+            dcols, client_dynamic, part = self._dirac_terms(chunk, c, losses[self.main], virtual_loss, cols,
+                                                            client_regret, client_cum)
+            cols.update(dcols)
+            client_expected = client_regret
+            het = {"sigma2": np.zeros(n), "sigma2_comparator": np.zeros(n), "zeta2": est["zeta2"],
+                   "K2": est["K2"], "curvature": est["curvature"]}
+            flag_noise = het["sigma2_comparator"]
         else:
             cols["regret_expected"] = np.full(n, np.nan)
             cols["regret_dynamic"] = np.full(n, np.nan)
-            sigma2, zeta2, K2 = empirical_estimates(self.task, average, chunk.X, chunk.y, c, self.prev_batch)
-            self.prev_batch = (chunk.X[-1].copy(), chunk.y[-1].copy(), c[-1].copy())
-        cols["sigma2"], cols["zeta2"], cols["K2"] = sigma2, zeta2, K2
-        for i, v in enumerate((sigma2, zeta2, K2)):
-            ok = np.isfinite(v)
-            self.het_sums[i] += v[ok].sum()
-            self.het_counts[i] += ok.sum()
+            part = cum[self.main] - cum_virtual
+            het = {"sigma2": est["sigma2"], "sigma2_comparator": np.full(n, np.nan), "zeta2": est["zeta2"],
+                   "K2": est["K2"], "curvature": est["curvature"]}
+            flag_noise = het["sigma2"]
+        cols["consensus_part"] = part
+        self.consensus_part = float(part[-1])
+        for key in ("sigma2", "sigma2_comparator", "zeta2", "K2", "curvature"):
+            cols[key] = het[key]
+            self.stats[key].update(het[key], ts)
+        # real data: the curvature enters the regime terms through its running mean (per-step values are noisy)
+        ell = het["curvature"] if (self.known or self.dirac) else self.stats["curvature"].mean
+        cols["regime_noise"], cols["regime_temporal"] = self._regime_update(ts, flag_noise, het, ell, L)
 
         client_steps = self.client_steps + np.cumsum(present, axis=0)
         self.client_steps = client_steps[-1].copy()
@@ -222,45 +326,119 @@ class RegretTracker:
             for m in range(self.M):
                 cols[f"client{m}_cum_loss"] = client_cum[:, m]
                 cols[f"client{m}_avg_loss"] = client_avg[:, m]
-            if client_regret is not None:
-                for m in range(self.M):
-                    cols[f"client{m}_regret_static"] = client_regret[:, m]
+            for label, values in (("static", client_regret), ("expected", client_expected),
+                                  ("dynamic", client_dynamic)):
+                if values is not None:
+                    for m in range(self.M):
+                        cols[f"client{m}_regret_{label}"] = values[:, m]
+        self.client_last = {"static": None if client_regret is None else client_regret[-1].copy(),
+                            "expected": None if client_expected is None else client_expected[-1].copy(),
+                            "dynamic": None if client_dynamic is None else client_dynamic[-1].copy()}
         frame = pd.DataFrame(cols)
         self._refresh_state(frame, int(present.sum()) * self.b)
         if self.sink is not None:
             self.sink(frame)
         return frame
 
+    def _regime_update(self, ts, flag_noise, het, ell, L):
+        """Absorb the chunk into the regime terms; cumulative sides per step (loss units)."""
+        r = self.regime
+        before = ((r.noise.total, r.noise.count), (r.temporal.total, r.temporal.count))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = r.update(ts, flag_noise, het["K2"], ell, het["sigma2"], het["zeta2"], L)
+        if terms is None:
+            nan = np.full(len(ts), np.nan)
+            return nan, nan
+        return r.cumulative(ts, terms, before)
+
     def _population_terms(self, chunk, c, models, average):
+        """Expected and dynamic regret (network, virtual and per client) from F.
+
+        Returns (columns, u (n, d), client expected (n, M) or None, client
+        dynamic (n, M), consensus part (n,)).
+        """
         pop, opt = self.population, chunk.optimum
+        sc, nz = chunk.scale, chunk.noise
+        nkw = {} if (nz is None or self.task != "least_squares") else {"noise": nz}
         out = {}
-        F_played = pop.loss(models, opt)                              # (n, M)
+        F_played = pop.loss(models, opt, scale=sc, **nkw)                       # (n, M)
+        F_avg = pop.loss(average[:, None, :], opt, scale=sc, **nkw)              # (n, M)
         exp_learner = self.exp_learner + np.cumsum(np.einsum("nm,nm->n", c, F_played))
-        self.exp_learner = float(exp_learner[-1])
-        Sc = self.opt_sums[0] + np.cumsum(c.sum(axis=1))
-        Sw = self.opt_sums[1] + np.cumsum(np.einsum("nm,nmd->nd", c, opt), axis=0)
-        Sww = self.opt_sums[2] + np.cumsum(np.einsum("nm,nmd->n", c, opt * opt))
-        self.opt_sums = [float(Sc[-1]), Sw[-1].copy(), float(Sww[-1])]
+        exp_virtual = self.exp_virtual + np.cumsum(np.einsum("nm,nm->n", c, F_avg))
+        self.exp_learner, self.exp_virtual = float(exp_learner[-1]), float(exp_virtual[-1])
+        ts = chunk.t0 + 1 + np.arange(len(c))
+        for i in np.flatnonzero(np.isin(ts, list(self.checkpoints))):
+            self.checkpoint_exp[int(ts[i])] = (float(exp_learner[i]), float(exp_virtual[i]))
+        part = self.consensus_part + np.cumsum(np.einsum("nm,nm->n", c, F_played - F_avg))
+        client_exp = self.client_exp + np.cumsum(F_played, axis=0)
+        self.client_exp = client_exp[-1].copy()
+        client_expected = None
         if self.task == "least_squares":
-            s2 = pop.feature_scale**2
-            xhat = Sw / Sc[:, None]
-            if self.radius is not None:
-                norm = np.linalg.norm(xhat, axis=1, keepdims=True)
-                xhat = xhat * np.minimum(1.0, self.radius / np.maximum(norm, 1e-300))
-            comp = 0.5 * s2 * (Sww - 2 * np.sum(xhat * Sw, axis=1) + Sc * np.sum(xhat**2, axis=1)) \
-                + 0.5 * pop.noise**2 * Sc
+            s0 = pop.feature_scale
+            k = np.ones_like(c) if sc is None else (sc / s0) ** 2             # relative curvature weights
+            noise2 = pop.noise ** 2 if nz is None else nz ** 2
+            n2 = np.broadcast_to(noise2, c.shape)
+            # network: weights c k
+            ck = c * k
+            Sc = self.opt_sums[0] + np.cumsum(ck.sum(axis=1))
+            Sw = self.opt_sums[1] + np.cumsum(np.einsum("nm,nmd->nd", ck, opt), axis=0)
+            Sww = self.opt_sums[2] + np.cumsum(np.einsum("nm,nmd->n", ck, opt * opt))
+            Sn = self.opt_sums[3] + np.cumsum(np.einsum("nm,nm->n", c, n2))
+            self.opt_sums = [float(Sc[-1]), Sw[-1].copy(), float(Sww[-1]), float(Sn[-1])]
+            comp = self._ls_comparator(Sc, Sw, Sww, Sn, s0)
             out["regret_expected"] = exp_learner - comp
+            out["regret_expected_virtual"] = exp_virtual - comp
+            # each client alone: weight 1 per step
+            Kc = self.client_opt_sums[0] + np.cumsum(k, axis=0)
+            Kw = self.client_opt_sums[1] + np.cumsum(k[..., None] * opt, axis=0)
+            Kww = self.client_opt_sums[2] + np.cumsum(k * np.sum(opt * opt, axis=-1), axis=0)
+            Kn = self.client_opt_sums[3] + np.cumsum(n2, axis=0)
+            self.client_opt_sums = [Kc[-1].copy(), Kw[-1].copy(), Kww[-1].copy(), Kn[-1].copy()]
+            client_expected = client_exp - self._ls_comparator(Kc, Kw, Kww, Kn, s0)
         else:
             self.optima_spool.write(np.ascontiguousarray(opt, dtype=np.float64).tobytes())
+            if sc is not None:
+                if self.scale_spool is None:
+                    self.scale_spool = open(os.path.join(self.spool_dir, "scale.bin"), "wb")
+                self.scale_spool.write(np.ascontiguousarray(sc, dtype=np.float64).tobytes())
             out["regret_expected"] = np.full(len(c), np.nan)
         # dynamic: F_t(x̄_t) − F_t(u_t), with F_t = Σ_m c F_{t,m}
         u = pop.minimize_mean(opt, x0=None if self.u_prev is None else np.broadcast_to(self.u_prev, average.shape),
-                              radius=self.radius)
+                              radius=self.radius, scale=sc, weights=None if sc is None else c)
         self.u_prev = u[-1].copy()
-        gap = np.einsum("nm,nm->n", c, pop.loss(average[:, None, :], opt) - pop.loss(u[:, None, :], opt))
+        gap = np.einsum("nm,nm->n", c, F_avg - pop.loss(u[:, None, :], opt, scale=sc, **nkw))
         out["regret_dynamic"] = self.dynamic + np.cumsum(gap)
         self.dynamic = float(out["regret_dynamic"][-1])
-        return out
+        # each client against its own per-step optimum (the projection of x*_{t,m}: F_{t,m} is isotropic)
+        own = pop.loss(_project_rows(opt, self.radius), opt, scale=sc, **nkw)
+        client_dynamic = self.client_dyn + np.cumsum(F_played - own, axis=0)
+        self.client_dyn = client_dynamic[-1].copy()
+        return out, u, client_expected, client_dynamic, part
+
+    def _ls_comparator(self, Sc, Sw, Sww, Sn, s0):
+        """min_{‖x‖≤D} ½ s0² Σ k ‖x − w‖² + ½ Σ σ², from running sums (any leading shape)."""
+        xhat = Sw / np.maximum(Sc, 1e-300)[..., None]
+        xhat = _project_rows(xhat, self.radius)
+        return 0.5 * s0 ** 2 * (Sww - 2 * np.sum(xhat * Sw, axis=-1) + Sc * np.sum(xhat ** 2, axis=-1)) + 0.5 * Sn
+
+    def _dirac_terms(self, chunk, c, played_loss, virtual_loss, cols, client_regret, client_cum):
+        """Dirac adversary: F_{t,m} = f(·, ξ_{t,m}); expected = realised static regret, dynamic from
+        the per-step quadratic (pooled over clients), per client against each client's own step."""
+        X, y, b = chunk.X, chunk.y, self.b
+        out = {"regret_expected": cols["regret_static"].copy(),
+               "regret_expected_virtual": cols["regret_static_virtual"].copy()}
+        A = np.einsum("nmbd,nmbe->nmde", X, X) / b
+        v = np.einsum("nmbd,nmb->nmd", X, y) / b
+        e = np.einsum("nmb,nmb->nm", y, y) / b
+        step_min = quadratic_min(np.einsum("nm,nmde->nde", c, A), np.einsum("nm,nmd->nd", c, v),
+                                 np.einsum("nm,nm->n", c, e), self.radius)
+        out["regret_dynamic"] = self.dynamic + np.cumsum(virtual_loss - step_min)
+        self.dynamic = float(out["regret_dynamic"][-1])
+        own = quadratic_min(A, v, e, self.radius)                                  # (n, M)
+        client_dynamic = self.client_dyn + np.cumsum(played_loss - own, axis=0)
+        self.client_dyn = client_dynamic[-1].copy()
+        part = cols["cum_loss"] - cols["cum_loss_virtual"]
+        return out, client_dynamic, part
 
     def _spool(self, chunk, c, ts):
         n, M, b, d = chunk.X.shape
@@ -279,38 +457,90 @@ class RegretTracker:
             if name != self.main:
                 st.cum_loss[name] = float(last[f"cum_loss_{name}"])
         st.regret = {"static": float(last["regret_static"]), "expected": float(last["regret_expected"]),
-                     "dynamic": float(last["regret_dynamic"])}
+                     "dynamic": float(last["regret_dynamic"]),
+                     "static_virtual": float(last["regret_static_virtual"]),
+                     "expected_virtual": float(last["regret_expected_virtual"]),
+                     "consensus_part": float(last["consensus_part"]),
+                     "consensus_bound": 0.5 * self.smoothness() * self.cum_consensus}
         st.heterogeneity = self.heterogeneity_summary()
 
     # ------------------------------------------------------------------ summaries
     def smoothness(self) -> float:
         """L: the population's, or estimated from the running second moment of
-        the features (λ_max for squared loss, λ_max/4 for logistic/softmax)."""
-        if self.population is not None:
-            return float(self.population.smoothness)
+        the features: λ_max(E aaᵀ) for the squared loss, λ_max/4 for logistic
+        (sigmoid' ≤ 1/4) and λ_max/2 for softmax (the Hessian (diag p − ppᵀ) ⊗ aaᵀ
+        has λ_max(diag p − ppᵀ) ≤ 1/2, reached at p = (½, ½, 0, …))."""
+        L = getattr(self.population, "smoothness", None) if self.population is not None else None
+        if L is not None:
+            return float(L)
+        if self.total_weight <= 0:
+            return math.nan
         lam = float(np.linalg.eigvalsh(self.second_moment / max(self.total_weight, 1e-300))[-1])
-        return lam if self.task == "least_squares" else lam / 4
+        return {"least_squares": lam, "logistic": lam / 4, "softmax": lam / 2}[self.task]
+
+    def estimator(self) -> str:
+        """How σ², ζ², K² are obtained: ``population (exact)``, ``dirac (exact)`` or ``empirical (unbiased)``."""
+        if self.dirac:
+            return "dirac (exact)"
+        return "population (exact)" if self.known else "empirical (unbiased per step)"
 
     def heterogeneity_summary(self) -> dict:
-        """Running means σ̄², ζ̄², K̄² and the regime flag σ̄²/M ≥ L·K̄².
+        """Running means (± standard error), maxima, L, ℓ and the regime condition.
 
-        The flag is True or False when σ̄², K̄² and L are known, and None
-        (undetermined) otherwise, e.g. σ̄² on real data with b = 1.
+        Returns a dict with ``sigma2_mean``, ``sigma2_comparator_mean``,
+        ``zeta2_mean``, ``K2_mean`` and ``curvature_mean`` (unbiased running
+        means: an empirical mean can be slightly negative; displays clip at
+        0), ``<name>_se`` (batch-means standard errors), ``sigma2_max``,
+        ``sigma2_comparator_max``, ``zeta2_max``, ``K2_max`` (FedSEA Theorem
+        2's σ²_max, ζ²_max, K²_max: per-step maxima for exact values, the
+        largest block mean of ⌈T/32⌉ steps for estimates), ``L``,
+        ``estimator``, ``regime`` (:meth:`RegimeTerms.summary` plus
+        ``sigma2_used``), ``parallelisation_helps`` (True / False / None =
+        undetermined; the regime condition), ``literal`` (the paper's
+        σ̄²/M ≥ L·K̄² read literally, for comparison) and ``notes``.
         """
-        means = np.divide(self.het_sums, self.het_counts, out=np.full(3, np.nan), where=self.het_counts > 0)
-        L = self.smoothness() if self.total_weight > 0 else np.nan
-        known = bool(np.isfinite([means[0], means[2], L]).all())
-        parallel = bool(means[0] / self.M >= L * means[2]) if known else None
-        return {"sigma2_mean": float(means[0]), "zeta2_mean": float(means[1]), "K2_mean": float(means[2]),
-                "L": float(L), "parallelisation_helps": parallel}
+        L = self.smoothness()
+        exact = self.known or self.dirac
+        out = {"estimator": self.estimator(), "L": float(L), "block_steps": self.block}
+        for key, st in self.stats.items():
+            name = "curvature" if key == "curvature" else key
+            out[f"{name}_mean"] = float(st.mean)
+            out[f"{name}_se"] = float(st.se)
+            if key != "curvature":
+                out[f"{name}_max"] = float(st.max_step if exact else st.max_block) if st.count else math.nan
+        units = "nats" if self.task in ("logistic", "softmax") else "loss units"
+        regime = self.regime.summary(self.state.t, self.D, units)
+        regime["sigma2_used"] = "comparator u_t" if exact else "played average x̄_t"
+        regime["curvature"] = out["curvature_mean"]
+        out["regime"] = regime
+        out["parallelisation_helps"] = regime["parallelisation_helps"]
+        out["literal"] = literal_condition(out["sigma2_mean"], out["K2_mean"], L, self.M)
+        notes = []
+        if not exact and self.b < 2:
+            notes.append("b = 1: the gradient noise σ² cannot be estimated; ζ̄² and K̄² are the raw spreads "
+                         "(biased upward by the noise)")
+        out["notes"] = notes
+        return out
 
-    def _blocks(self, upto: int | None = None, block_rows: int = 1 << 16):
+    def _blocks(self, upto: int | None = None, block_rows: int = 1 << 16, client: int | None = None):
         d = self.d
         X = np.memmap(os.path.join(self.spool_dir, "X.bin"), dtype=np.float64, mode="r").reshape(-1, d)
         y = np.memmap(os.path.join(self.spool_dir, "y.bin"), dtype=np.float64, mode="r")
         w = np.memmap(os.path.join(self.spool_dir, "w.bin"), dtype=np.float64, mode="r")
         t = np.memmap(os.path.join(self.spool_dir, "t.bin"), dtype=np.int64, mode="r")
         N = len(y) if upto is None else int(np.searchsorted(t, upto, side="right"))
+        if client is not None:
+            # rows are ordered (t, m, b): client m's rows of every step; weight 1/b when present
+            M, b = self.M, self.b
+            Xc = X[:N].reshape(-1, M, b, d)[:, client].reshape(-1, d)
+            yc = y[:N].reshape(-1, M, b)[:, client].reshape(-1)
+            wc = (w[:N].reshape(-1, M, b)[:, client].reshape(-1) > 0) / b
+
+            def client_blocks():
+                for i in range(0, len(yc), block_rows):
+                    j = min(len(yc), i + block_rows)
+                    yield np.asarray(Xc[i:j]), np.asarray(yc[i:j]), np.asarray(wc[i:j], dtype=np.float64)
+            return client_blocks
 
         def blocks():
             for i in range(0, N, block_rows):
@@ -325,46 +555,99 @@ class RegretTracker:
         ``static_checkpoints`` (list of (t, exact regret at t) on a geometric
         grid, for plots), ``regret_expected`` and ``regret_dynamic`` (where the
         population is known; ``regret_*_method`` says how each regret is
-        known), the heterogeneity summary, ``client_steps`` (steps each client
+        known), the decomposition (``regret_static_virtual``,
+        ``regret_expected_virtual``, ``consensus_part``, ``consensus_bound``,
+        ``cum_consensus``; for logistic ``expected_checkpoints``: (t, expected
+        regret, virtual expected regret) on the checkpoint grid), ``client_regret`` ({comparator: list of M
+        values}) with ``client_regret_spread`` ({comparator: min, median,
+        max}), the heterogeneity summary, ``client_steps`` (steps each client
         was present, (M,)) and ``client_last_step`` (its last such step t, 0
         if none).
         """
-        out = {"t": self.state.t, "cum_loss": dict(self.state.cum_loss),
-               "regret_static": self.state.regret.get("static"),
-               "regret_expected": self.state.regret.get("expected"),
-               "regret_dynamic": self.state.regret.get("dynamic"),
+        st = self.state
+        out = {"t": st.t, "cum_loss": dict(st.cum_loss),
+               "regret_static": st.regret.get("static"),
+               "regret_expected": st.regret.get("expected"),
+               "regret_dynamic": st.regret.get("dynamic"),
+               "regret_static_virtual": st.regret.get("static_virtual"),
+               "regret_expected_virtual": st.regret.get("expected_virtual"),
                "regret_static_method": "exact (sufficient statistics)" if self.hindsight else "exact (L-BFGS over the recorded stream)",
                "regret_expected_method": self.expected_method, "regret_dynamic_method": self.dynamic_method,
                "static_checkpoints": []}
+        last = getattr(self, "client_last", {"static": None, "expected": None, "dynamic": None})
+        clients = {k: (None if v is None else v.copy()) for k, v in last.items()}
         if self.hindsight is not None:
-            out["comparator_static"] = self.state.comparator
+            out["comparator_static"] = st.comparator
             out["static_checkpoints"] = sorted(self.checkpoint_regret.items())
         if self.spool is not None:
             for f in self.spool.values():
                 f.close()
-            self.checkpoint_loss[self.state.t] = self.state.cum_loss[self.main]
+            self.checkpoint_loss[st.t] = st.cum_loss[self.main]
             x = None
             for tt, cl in sorted(self.checkpoint_loss.items()):
                 x, value = solve_hindsight(self.task, self._blocks(tt), (self.d, self.K), self.radius, x0=x)
                 out["static_checkpoints"].append((int(tt), float(cl - value)))
             out["comparator_static"] = value
-            out["regret_static"] = float(self.state.cum_loss[self.main] - value)
-            out["regret_static_live_estimate"] = self.state.regret.get("static")
+            out["regret_static"] = float(st.cum_loss[self.main] - value)
+            out["regret_static_virtual"] = float(self.cum_virtual - value)
+            out["regret_static_live_estimate"] = st.regret.get("static")
+            # each client alone, exact (warm-started from the network comparator)
+            cl = np.empty(self.M)
+            for m in range(self.M):
+                _, cl[m] = solve_hindsight(self.task, self._blocks(client=m), (self.d, self.K), self.radius, x0=x)
+            clients["static"] = self.client_cum - cl
             if self.optima_spool is not None:
                 self.optima_spool.close()
+                if self.scale_spool is not None:
+                    self.scale_spool.close()
                 path = os.path.join(self.spool_dir, "optima.bin")
                 opt = np.memmap(path, dtype=np.float64, mode="r").reshape(-1, self.M, self.d)
+                scl = None if self.scale_spool is None else np.memmap(
+                    os.path.join(self.spool_dir, "scale.bin"), dtype=np.float64, mode="r").reshape(-1, self.M)
 
                 def wblocks():
                     for i in range(0, len(opt), 1024):
                         yield np.asarray(opt[i:i + 1024])
-                _, comp = self.population.minimize_sum(wblocks, radius=self.radius)
+
+                def sblocks():
+                    for i in range(0, len(scl), 1024):
+                        yield np.asarray(scl[i:i + 1024])
+                sb = None if scl is None else sblocks
+                self.checkpoint_exp[st.t] = (self.exp_learner, self.exp_virtual)
+                marks = sorted(self.checkpoint_exp)
+                sols = self.population.minimize_prefix_sums(wblocks, marks, radius=self.radius, scale_blocks=sb)
+                out["expected_checkpoints"] = [(int(tt), float(self.checkpoint_exp[tt][0] - v),
+                                                float(self.checkpoint_exp[tt][1] - v))
+                                               for tt, (_, v) in zip(marks, sols)]
+                comp = sols[-1][1]
                 out["regret_expected"] = float(self.exp_learner - comp)
+                out["regret_expected_virtual"] = float(self.exp_virtual - comp)
+
+                def ones():
+                    for i in range(0, len(opt), 1024):
+                        yield np.ones((min(1024, len(opt) - i), self.M))
+                _, ccomp = self.population.minimize_sum(wblocks, ones, radius=self.radius, scale_blocks=sb,
+                                                        per_client=True)
+                clients["expected"] = self.client_exp - ccomp
             for name in os.listdir(self.spool_dir):
                 os.remove(os.path.join(self.spool_dir, name))
             os.rmdir(self.spool_dir)
+        out["consensus_part"] = st.regret.get("consensus_part")
+        out["cum_consensus"] = self.cum_consensus
+        out["consensus_bound"] = 0.5 * self.smoothness() * self.cum_consensus
+        out["decomposition"] = {
+            "basis": "population F" if (self.known or self.dirac) else "realised losses f",
+            "regret": out["regret_expected"] if (self.known or self.dirac) else out["regret_static"],
+            "regret_virtual": out["regret_expected_virtual"] if (self.known or self.dirac) else out["regret_static_virtual"],
+            "consensus_part": out["consensus_part"],
+            "consensus_bound": out["consensus_bound"],
+        }
+        out["client_regret"] = {k: (None if v is None else [float(x) for x in v]) for k, v in clients.items()}
+        out["client_regret_spread"] = {
+            k: (None if v is None else {"min": float(np.min(v)), "median": float(np.median(v)), "max": float(np.max(v))})
+            for k, v in clients.items()}
         out["heterogeneity"] = self.heterogeneity_summary()
-        out["samples"] = self.state.samples
+        out["samples"] = st.samples
         out["client_steps"] = self.client_steps.astype(int).tolist()
         out["client_last_step"] = self.client_last_step.tolist()
         return out

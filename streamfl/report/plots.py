@@ -11,8 +11,16 @@ figures into ``<run>/plots/``:
 * ``regret_over_sqrt_t.png`` — regret / √t on a log-t axis (flat ⇒ O(√T));
 * ``client_losses.png`` — every client's running average loss and the
   network's;
-* ``heterogeneity.png`` — σ_t², ζ_t², K_t² (rolling means) and FedSEA's regime
-  test σ̄²/M ≥ L·K̄².
+* ``heterogeneity.png`` — σ_t² (at the played points and at the comparator),
+  ζ_t², K_t² (rolling means) and the two sides of the regime condition
+  (:mod:`streamfl.regret.regime`), in loss units;
+* ``decomposition.png`` — FedSEA Lemma 1: the regret of the virtual average
+  plus the consensus part, and the bound's (L/2)·consensus term;
+* ``client_regret.png`` — per-client regret for every comparator, with the
+  clients' spread.
+
+A seeds run (:mod:`streamfl.runtime.seeds`) has ``<column>_lo``/``_hi``
+columns; every curve that has them gets a shaded 95 % t-interval band.
 
 :func:`plot_sweep` compares the regret curves of a sweep over the number of
 clients M; :func:`render_sweep` draws it from a sweep folder's files.
@@ -54,7 +62,10 @@ __all__ = [
     "plot_regret_over_sqrt_t",
     "plot_client_losses",
     "plot_heterogeneity",
+    "plot_decomposition",
+    "plot_client_regret",
     "plot_sweep",
+    "plot_regime_agreement",
     "render_run",
     "render_sweep",
 ]
@@ -80,6 +91,17 @@ _CLIENT_RE = re.compile(r"^client(\d+)_cum_loss$")
 
 
 # ---------------------------------------------------------------------- loading
+def _metric_names(run_dir: Path) -> list[str]:
+    """Column names of a run folder's metrics file (header only), or [] when it has none."""
+    csv, pq = run_dir / "metrics.csv", run_dir / "metrics.parquet"
+    if csv.is_file():
+        return list(pd.read_csv(csv, nrows=0).columns)
+    if pq.is_file():
+        import pyarrow.parquet as papq
+        return list(papq.read_schema(pq).names)
+    return []
+
+
 def load_metrics(run_dir: str | Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """Read the per-step metrics of a run.
 
@@ -457,6 +479,22 @@ def _exact_label(summary: Mapping) -> str:
     return "static, exact (end-of-run solver)"
 
 
+def _band(ax, thin: pd.DataFrame, col: str, colour, t: np.ndarray, divide: np.ndarray | float = 1.0) -> bool:
+    """Shade ``<col>_lo`` … ``<col>_hi`` (a seeds run's 95 % t-interval) when the columns exist."""
+    lo, hi = f"{col}_lo", f"{col}_hi"
+    if not (_has_data(thin, lo) and _has_data(thin, hi)):
+        return False
+    ax.fill_between(t, thin[lo].to_numpy(dtype=float) / divide, thin[hi].to_numpy(dtype=float) / divide,
+                    color=colour, alpha=0.18, linewidth=0, zorder=2)
+    return True
+
+
+def _seeds_note(summary: Mapping | None) -> str:
+    """'; shaded: 95 % t-interval over N seeds' for a seeds run, else ''."""
+    seeds = (summary or {}).get("seeds")
+    return f"; mean of {len(seeds)} seeds, shaded: 95 % t-interval" if isinstance(seeds, list) and seeds else ""
+
+
 def _checkpoints(summary: Mapping | None) -> tuple[np.ndarray, np.ndarray]:
     pts = []
     for item in (summary or {}).get("static_checkpoints") or []:
@@ -549,6 +587,7 @@ def _regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
                     markerfacecolor="white") if label in involved else {}
         shown = f"{label}, {notes[label][1]}" if label in notes else label
         top.plot(t, thin[col].to_numpy(dtype=float), color=colour, linewidth=1.8, label=shown, zorder=3, **mark)
+        _band(top, thin, col, colour, t)
     if len(ck_t):
         top.plot(ck_t, ck_r, linestyle="none", marker="o", markersize=5.5, markerfacecolor="white",
                  markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4)
@@ -597,6 +636,7 @@ def _regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     drift = _continuous_drift(summary)
     if drift:
         sub += "\ndrift at every step: " + ", ".join(drift)
+    sub += _seeds_note(summary)
     _titles(fig, top, f"{_run_name(summary)}: cumulative regret", sub)
     return fig
 
@@ -644,6 +684,7 @@ def _regret_over_sqrt_t_figure(df: pd.DataFrame, summary: Mapping | None) -> Fig
         if col == "regret_static" and len(ck_t) and "sufficient statistics" not in str(summary.get("regret_static_method", "")):
             label += " (live estimate)"
         ax.plot(t, thin[col].to_numpy(dtype=float) / root, color=colour, linewidth=1.8, label=label)
+        _band(ax, thin, col, colour, t, root)
         drawn += 1
     if len(ck_t):
         ax.plot(ck_t, ck_r / np.sqrt(ck_t), linestyle="none", marker="o", markersize=5.5, markerfacecolor="white",
@@ -661,7 +702,7 @@ def _regret_over_sqrt_t_figure(df: pd.DataFrame, summary: Mapping | None) -> Fig
     _style(ax)
     _legend_below(fig, ax)
     _titles(fig, ax, f"{_run_name(summary)}: regret / √t  (flat ⇒ O(√T) regret)",
-            "a falling curve means regret grows slower than √T; a rising one, faster")
+            "a falling curve means regret grows slower than √T; a rising one, faster" + _seeds_note(summary))
     return fig
 
 
@@ -798,31 +839,51 @@ def _client_losses_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
 
 
 _HET = (
-    ("sigma2", "σ²", "gradient noise", "sigma2_mean", r"$\bar{\sigma}^2$", "#1f77b4"),
+    ("sigma2", "σ²", "gradient noise at the played points", "sigma2_mean", r"$\bar{\sigma}^2$", "#1f77b4"),
+    ("sigma2_comparator", "σ²(u)", "gradient noise at the comparator", "sigma2_comparator_mean",
+     r"$\bar{\sigma}^2(u)$", "#17becf"),
     ("zeta2", "ζ²", "spatial", "zeta2_mean", r"$\bar{\zeta}^2$", "#ff7f0e"),
     ("K2", "K²", "temporal", "K2_mean", r"$\bar{K}^2$", "#2ca02c"),
 )
 
 
-def plot_heterogeneity(df: pd.DataFrame, summary: Mapping | None, path: str | Path) -> Path:
-    """FedSEA's heterogeneity quantities σ_t², ζ_t², K_t² against t.
+def _verdict(regime: Mapping) -> tuple[bool | None, str]:
+    helps = regime.get("parallelisation_helps")
+    if helps is None:
+        why = regime.get("reason") or "missing estimates"
+        return None, f"regime undetermined ({why})"
+    return bool(helps), "parallelisation helps" if helps else "parallelisation does not help"
 
-    Each series is smoothed by a trailing rolling mean over max(1, T/100)
-    steps (NaN-aware), drawn on a log-y axis; all-NaN series are skipped and
+
+def plot_heterogeneity(df: pd.DataFrame, summary: Mapping | None, path: str | Path) -> Path:
+    """FedSEA's heterogeneity quantities and the regime condition against t.
+
+    Top panel: σ_t² at the played points and at the comparator, ζ_t², K_t²
+    (squared gradient units), each smoothed by a trailing rolling mean over
+    max(1, T/100) steps (NaN-aware) on a log-y axis; non-positive values
+    (empirical estimates are unbiased and may be negative) are not drawn;
     series that are identically 0 are listed instead of drawn. The legend
-    carries the running means (from ``summary["heterogeneity"]`` when present,
-    else the column means), and a text box states FedSEA's regime test
-    σ̄²/M ≥ L·K̄² ("parallelisation helps" or not).
+    carries the running means ± standard error (from
+    ``summary["heterogeneity"]`` when present, else the column means).
+
+    Bottom panel (when the run has the ``regime_noise`` and
+    ``regime_temporal`` columns): the two sides of the regime condition,
+    cumulative and in loss units — the noise term Σ η σ²/(2M(2 − ηℓ)) and
+    the temporal term Σ K²/(2ηℓ²(2 − ηℓ)) (:mod:`streamfl.regret.regime`) —
+    with the verdict: parallelisation helps when the noise term is at least
+    the temporal term, undetermined (with the reason) when it cannot be
+    evaluated; the transient P = D²/(2η(2 − ηℓ)) is drawn as a level and
+    added to the temporal side. Seeds runs draw 95 % t-interval bands.
 
     Parameters
     ----------
     df : pandas.DataFrame
         Per-step metrics (``t``, ``cum_loss`` and any of ``sigma2``,
-        ``zeta2``, ``K2``).
+        ``sigma2_comparator``, ``zeta2``, ``K2``, ``regime_noise``,
+        ``regime_temporal``).
     summary : dict
-        The run summary (``heterogeneity`` with ``sigma2_mean``,
-        ``zeta2_mean``, ``K2_mean``, ``L``, ``parallelisation_helps``;
-        ``n_clients``).
+        The run summary (``heterogeneity`` with the means, standard errors,
+        ``L`` and ``regime``; ``n_clients``).
     path : str or Path
         Output PNG file.
 
@@ -837,30 +898,41 @@ def _heterogeneity_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     _require(df, REQUIRED)
     summary = summary or {}
     het = summary.get("heterogeneity") if isinstance(summary.get("heterogeneity"), dict) else {}
+    regime = het.get("regime") if isinstance(het.get("regime"), dict) else {}
+    units = _loss_units(summary)
     T = len(df)
     window = max(1, T // 100)
-    fig = _new_figure()
-    ax = fig.add_subplot()
+    has_regime = _has_data(df, "regime_noise") or _has_data(df, "regime_temporal")
+    fig = _new_figure(figsize=(8.0, 7.4) if has_regime else FIGSIZE)
+    if has_regime:
+        ax, ax2 = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [1.25, 1]})
+    else:
+        ax, ax2 = fig.add_subplot(), None
     idx = _thin_index(T)
     t = df["t"].to_numpy(dtype=float)[idx]
-    means: dict[str, float] = {}
     drawn, zero = 0, []
     for col, sym, what, key, bar, colour in _HET:
         if not _has_data(df, col):
-            means[key] = _num(het.get(key))
             continue
         raw = df[col].astype(float)
         finite = raw[np.isfinite(raw)]
         mean = _num(het.get(key))
         if not np.isfinite(mean):
             mean = float(finite.mean())
-        means[key] = mean
+        se = _num(het.get(key.replace("_mean", "_se")))
         smooth = raw.rolling(window, min_periods=1).mean().to_numpy()[idx]
         smooth = np.where(smooth > 0, smooth, np.nan)
         if not np.isfinite(smooth).any():
-            zero.append(f"{sym} ≡ 0")
+            zero.append(f"{sym} ≡ 0" if np.allclose(finite, 0) else f"{sym} ≤ 0 (mean {_fmt(mean)})")
             continue
-        ax.plot(t, smooth, color=colour, linewidth=1.6, label=f"{sym} ({what}), mean {bar} = {_fmt(mean)}")
+        shown = f"{_fmt(max(mean, 0.0))}" + (f" ± {_fmt(se)}" if np.isfinite(se) else "")
+        ax.plot(t, smooth, color=colour, linewidth=1.6, label=f"{sym} ({what}), {bar} = {shown}")
+        lo, hi = f"{col}_lo", f"{col}_hi"
+        if _has_data(df, lo) and _has_data(df, hi):
+            blo = df[lo].astype(float).rolling(window, min_periods=1).mean().to_numpy()[idx]
+            bhi = df[hi].astype(float).rolling(window, min_periods=1).mean().to_numpy()[idx]
+            ax.fill_between(t, np.where(blo > 0, blo, np.nan), np.where(bhi > 0, bhi, np.nan),
+                            color=colour, alpha=0.18, linewidth=0)
         drawn += 1
     if drawn:
         ax.set_yscale("log")
@@ -872,46 +944,235 @@ def _heterogeneity_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     if len(t):
         ax.set_xlim(float(t.min()), max(float(t.max()), float(t.min()) + 1))
         _draw_drift(ax, summary, float(t.min()), float(t.max()))
-
-    # FedSEA's regime test: σ̄²/M ≥ L·K̄².
-    try:
-        M = int(summary.get("n_clients") or len(_client_columns(df)) or 0)
-    except (TypeError, ValueError):
-        M = len(_client_columns(df))
-    L = _num(het.get("L"))
-    s2, k2 = means.get("sigma2_mean", np.nan), means.get("K2_mean", np.nan)
-    lhs = s2 / M if M > 0 and np.isfinite(s2) else np.nan
-    rhs = L * k2 if np.isfinite(L) and np.isfinite(k2) else np.nan
-    if np.isfinite(lhs) and np.isfinite(rhs):
-        helps = het.get("parallelisation_helps")
-        helps = bool(lhs >= rhs) if helps is None else bool(helps)
-        sign = "≥" if lhs >= rhs else "<"
-        verdict = "parallelisation helps" if helps else "parallelisation does not help"
-    else:
-        missing = [name for name, v in (("$\\bar{\\sigma}^2$", s2), ("$\\bar{K}^2$", k2), ("L", L)) if not np.isfinite(v)]
-        if not M:
-            missing.append("M")
-        helps, sign = None, "vs"
-        verdict = f"regime undetermined (no estimate of {', '.join(missing)})"
-        if not np.isfinite(s2):
-            verdict += "\nwithout a known population F, $\\sigma^2$ needs mini-batches of b ≥ 2"
-    test = (f"$\\bar{{\\sigma}}^2/M$ = {_fmt(lhs)}  {sign}  $L\\,\\bar{{K}}^2$ = {_fmt(rhs)}"
-            f"   (M = {M or 'n/a'}, L = {_fmt(L)})   ⇒ {verdict}")
-    if zero:
-        test += "\n" + ", ".join(zero) + " throughout (not drawn on the log scale)"
-    ax.set_xlabel("step t")
-    ax.set_ylabel("squared gradient norm (log scale)")
+    ax.set_ylabel("squared gradient norm\n(loss² per model unit², log)")
     _style(ax)
-    if not ax.get_legend_handles_labels()[0]:
-        ax.plot([], [], linestyle="none", label="(no series to draw)")
-    leg = _legend_below(fig, ax, title=test)
+    if zero:
+        ax.text(0.01, 0.02, ", ".join(zero) + " (not drawn on the log scale)", transform=ax.transAxes,
+                fontsize=8, color="0.35")
+    if ax.get_legend_handles_labels()[0] and ax2 is not None:
+        ax.legend(fontsize=7.6, loc="best", framealpha=0.9)
+
+    helps, verdict = _verdict(regime)
+    N, V, P = _num(regime.get("noise_term")), _num(regime.get("temporal_term")), _num(regime.get("transient_term"))
+    if np.isfinite(N) and np.isfinite(V):
+        rest = V + (P if np.isfinite(P) else 0.0)
+        sign = "≥" if N >= rest else "<"
+
+        def pm(x, key):
+            se = _num(regime.get(key))
+            return _fmt(x) + (f" ± {_fmt(se)}" if np.isfinite(se) and het.get("estimator", "").startswith("emp")
+                              else "")
+        test = (f"noise term N = {pm(N, 'noise_term_se')}  {sign}  temporal V = {pm(V, 'temporal_term_se')}"
+                f" + transient P = {_fmt(P)} ({units})\n⇒  {verdict}\n"
+                f"(M = {summary.get('n_clients', 'n/a')}, curvature ℓ = {_fmt(regime.get('curvature'))} {units} "
+                f"per model unit², σ² at the {regime.get('sigma2_used', 'n/a')})")
+    else:
+        test = f"⇒ {verdict}"
+    lit = het.get("literal") if isinstance(het.get("literal"), dict) else {}
+    if lit:
+        test += (f"\nFedSEA's σ̄²/M ≥ L·K̄² read literally (not unit-invariant): "
+                 f"{_fmt(lit.get('lhs'))} vs {_fmt(lit.get('rhs'))} ⇒ {lit.get('holds')}")
+    if ax2 is not None:
+        tt = df["t"].to_numpy(dtype=float)
+        for col, label, colour in (("regime_noise", "noise term N_t = Σ η σ²/(2M(2 − ηℓ))  (÷ M by averaging)", "#1f77b4"),
+                                   ("regime_temporal", "temporal term V_t = Σ K²/(2ηℓ²(2 − ηℓ))  (not improved by averaging)", "#2ca02c")):
+            if not _has_data(df, col):
+                continue
+            y = df[col].to_numpy(dtype=float)
+            if not np.any(y[np.isfinite(y)] > 0):
+                label += f"  (≤ 0 here, not drawn on the log scale: {_fmt(y[np.isfinite(y)][-1])})"
+            ax2.plot(tt[idx], y[idx], color=colour, linewidth=1.7, label=label)
+            _band(ax2, df.iloc[idx], col, colour, tt[idx])
+        if np.isfinite(P) and P > 0:
+            ax2.axhline(P, color="#7f7f7f", linestyle="--", linewidth=1.1,
+                        label="transient P = D²/(2η(2 − ηℓ))  (reaching the first optimum; no M)")
+        vals = np.concatenate([df[c].to_numpy(dtype=float) for c in ("regime_noise", "regime_temporal") if c in df])
+        if np.any(vals > 0):
+            ax2.set_yscale("log")
+            ax2.yaxis.set_major_formatter(_PlainLogFormatter())
+        if len(t):
+            _draw_drift(ax2, summary, float(t.min()), float(t.max()), legend=False)
+        ax2.set_ylabel(f"cumulative bound term\n({units})")
+        ax2.set_xlabel("step t")
+        _style(ax2)
+    else:
+        ax.set_xlabel("step t")
+    leg_ax = ax2 if ax2 is not None else ax
+    if not leg_ax.get_legend_handles_labels()[0]:
+        leg_ax.plot([], [], linestyle="none", label="(no series to draw)")
+    leg = _legend_below(fig, leg_ax, title=test, ncol=1)
     frame = leg.get_frame()
     frame.set_facecolor({True: "#eaf5ea", False: "#f8eded"}.get(helps, "white"))
     frame.set_edgecolor("0.6")
-    _titles(fig, ax, f"{_run_name(summary)}: heterogeneity σ², ζ², K²",
-            f"rolling mean over {window:,} step{'s' if window > 1 else ''}; "
-            "FedSEA: parallelisation helps when $\\bar{\\sigma}^2/M \\geq L\\,\\bar{K}^2$")
+    _titles(fig, ax, f"{_run_name(summary)}: heterogeneity σ², ζ², K² and the regime condition",
+            f"rolling mean over {window:,} step{'s' if window > 1 else ''}; {het.get('estimator', '')}"
+            f"{_seeds_note(summary)}")
     return fig
+
+
+_DECOMP = (
+    # column, label, colour, style
+    ("regret_expected", "expected regret of the played models, eq. (3)", "#d62728", "-"),
+    ("regret_expected_virtual", "virtual average x̄_t (Lemma 1, first term)", "#9467bd", "-"),
+    ("consensus_part", "consensus part Σ c[F(x_m) − F(x̄)] (exact)", "#8c564b", "-"),
+    ("consensus_bound", "bound's weight (L/2)·Σ (1/M)Σ‖x_m − x̄‖²", "#8c564b", "--"),
+)
+
+
+def plot_decomposition(df: pd.DataFrame, summary: Mapping | None, path: str | Path) -> Path:
+    """FedSEA Lemma 1's split of the regret: virtual average plus consensus.
+
+    Draws the regret of the played models, that of the virtual average
+    x̄_t (``regret_expected_virtual``; ``regret_static_virtual`` on real data,
+    where F is unknown and the realised losses are used), their exact
+    difference (``consensus_part``) and the bound's consensus term (L/2) Σ C_t
+    with C_t = Σ_m c_{t,m} ‖x_{t,m} − x̄_t‖² (``cum_consensus`` × L/2, L from
+    the summary). Seeds runs draw 95 % t-interval bands.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Per-step metrics.
+    summary : dict
+        The run summary (``heterogeneity.L``, ``decomposition``).
+    path : str or Path
+
+    Returns
+    -------
+    Path
+    """
+    _require(df, REQUIRED)
+    summary = summary or {}
+    units = _loss_units(summary)
+    thin = _thin(df).copy()
+    t = thin["t"].to_numpy(dtype=float)
+    het = summary.get("heterogeneity") if isinstance(summary.get("heterogeneity"), dict) else {}
+    L = _num(het.get("L"))
+    decomp = summary.get("decomposition") if isinstance(summary.get("decomposition"), dict) else {}
+    population = _has_data(thin, "regret_expected_virtual") or decomp.get("basis") == "population F"
+    marks = np.asarray([[_num(v) for v in row] for row in summary.get("expected_checkpoints") or []
+                        if isinstance(row, (list, tuple)) and len(row) == 3], dtype=float).reshape(-1, 3)
+    if "cum_consensus" in thin and np.isfinite(L):
+        for suffix in ("", "_lo", "_hi"):
+            if f"cum_consensus{suffix}" in thin:
+                thin[f"consensus_bound{suffix}"] = 0.5 * L * thin[f"cum_consensus{suffix}"].astype(float)
+    rows = _DECOMP if population else (
+        ("regret_static", "static regret of the played models", "#1f77b4", "-"),
+        ("regret_static_virtual", "virtual average x̄_t (Lemma 1, first term)", "#9467bd", "-"),
+        ("consensus_part", "consensus part Σ c[f(x_m, ξ) − f(x̄, ξ)] (realised)", "#8c564b", "-"),
+        ("consensus_bound", "bound's weight (L/2)·Σ (1/M)Σ‖x_m − x̄‖²", "#8c564b", "--"))
+    fig = _new_figure()
+    ax = fig.add_subplot()
+    ax.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
+    drawn = 0
+    for col, label, colour, style in rows:
+        if not _has_data(thin, col):
+            continue
+        y = thin[col].to_numpy(dtype=float)
+        ax.plot(t, y, color=colour, linestyle=style, linewidth=1.7,
+                label=f"{label}: {_fmt(y[-1])}")
+        _band(ax, thin, col, colour, t)
+        drawn += 1
+    if population and not _has_data(thin, "regret_expected") and len(marks):
+        # logistic: the eq. (3) comparator is solved at the end, on the checkpoint grid
+        for j, (label, colour) in enumerate((("expected regret of the played models, eq. (3)", "#d62728"),
+                                             ("virtual average x̄_t (Lemma 1, first term)", "#9467bd")), start=1):
+            ax.plot(marks[:, 0], marks[:, j], color=colour, linestyle=":", linewidth=1.0, marker="o", markersize=4.5,
+                    markerfacecolor="white", markeredgecolor=colour,
+                    label=f"{label}, exact at checkpoints: {_fmt(marks[-1, j])}")
+            drawn += 1
+    if not drawn:
+        ax.text(0.5, 0.5, "no decomposition columns in this run", transform=ax.transAxes,
+                ha="center", va="center", color="0.4")
+    if len(t):
+        ax.set_xlim(float(t.min()), max(float(t.max()), float(t.min()) + 1))
+        _draw_drift(ax, summary, float(t.min()), float(t.max()))
+    ax.set_xlabel("step t")
+    ax.set_ylabel(f"cumulative ({units})")
+    _style(ax)
+    _legend_below(fig, ax, ncol=1)
+    _titles(fig, ax, f"{_run_name(summary)}: regret = virtual average + consensus (FedSEA Lemma 1)",
+            ("population losses F" if population else "realised losses f (F unknown)")
+            + f"; L = {_fmt(L)}" + _seeds_note(summary))
+    return _save(fig, path)
+
+
+_CLIENT_REGRET_RE = re.compile(r"^client(\d+)_regret_(static|expected|dynamic)$")
+
+
+def plot_client_regret(df: pd.DataFrame, summary: Mapping | None, path: str | Path) -> Path:
+    """Per-client regret for every comparator, with the clients' spread.
+
+    One panel per comparator (static, expected, dynamic) that the run has:
+    the clients' median (line) and their full range (shaded, min–max over
+    clients) from the ``client<m>_regret_<comparator>`` columns. Where the
+    per-client value is only exact at the end of the run (logistic static
+    and expected: ``summary["client_regret"]``), the final values are drawn
+    as points at T. The network's regret (the same comparator, all clients
+    pooled, weights 1/M) is drawn for reference.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+    summary : dict
+        The run summary (``client_regret``).
+    path : str or Path
+
+    Returns
+    -------
+    Path
+    """
+    _require(df, REQUIRED)
+    summary = summary or {}
+    units = _loss_units(summary)
+    thin = _thin(df)
+    t = thin["t"].to_numpy(dtype=float)
+    found: dict[str, list[str]] = {}
+    for c in thin.columns:
+        m = _CLIENT_REGRET_RE.match(c)
+        if m:
+            found.setdefault(m.group(2), []).append(c)
+    finals = summary.get("client_regret") if isinstance(summary.get("client_regret"), dict) else {}
+    kinds = [k for k in ("static", "expected", "dynamic")
+             if k in found or (isinstance(finals.get(k), list) and finals.get(k))]
+    fig = _new_figure(figsize=(4.0 * max(1, len(kinds)) + 0.8, 4.6))
+    axes = fig.subplots(1, max(1, len(kinds)), squeeze=False)[0]
+    colours = {"static": "#1f77b4", "expected": "#d62728", "dynamic": "#2ca02c"}
+    for ax, kind in zip(axes, kinds):
+        colour = colours[kind]
+        if kind in found and any(_has_data(thin, c) for c in found[kind]):
+            Y = thin[found[kind]].to_numpy(dtype=float)
+            with np.errstate(all="ignore"):
+                ax.fill_between(t, np.nanmin(Y, axis=1), np.nanmax(Y, axis=1), color=colour, alpha=0.2,
+                                linewidth=0, label=f"clients' range ({Y.shape[1]} clients)")
+                ax.plot(t, np.nanmedian(Y, axis=1), color=colour, linewidth=1.7, label="clients' median")
+        vals = finals.get(kind)
+        if isinstance(vals, list) and vals and len(t):
+            v = np.asarray([_num(x) for x in vals])
+            ax.plot(np.full(v.shape, t[-1]), v, linestyle="none", marker="o", markersize=4, markerfacecolor="white",
+                    markeredgecolor=colour, label="clients at T (exact)")
+        net = f"regret_{kind}"
+        if _has_data(thin, net) and not (kind == "static" and len(_checkpoints(summary)[0])
+                                         and "sufficient" not in str(summary.get("regret_static_method", ""))):
+            ax.plot(t, thin[net].to_numpy(dtype=float), color="black", linewidth=1.1, linestyle="--",
+                    label="network (pooled clients)")
+        elif np.isfinite(_num(summary.get(net))) and len(t):
+            ax.plot([t[-1]], [_num(summary.get(net))], linestyle="none", marker="s", color="black", markersize=5,
+                    label="network at T (pooled clients)")
+        ax.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
+        if len(t):
+            ax.set_xlim(float(t.min()), max(float(t.max()), float(t.min()) + 1) * 1.02)
+        ax.set_title(kind, fontsize=10)
+        ax.set_xlabel("step t")
+        _style(ax)
+        ax.legend(fontsize=7.5, loc="best", framealpha=0.9)
+    if not kinds:
+        axes[0].text(0.5, 0.5, "no per-client regret in this run (output.client_columns: false?)",
+                     transform=axes[0].transAxes, ha="center", va="center", color="0.4")
+    axes[0].set_ylabel(f"regret of client m alone ({units})")
+    fig.suptitle(f"{_run_name(summary)}: per-client regret (each client against its own comparators)",
+                 fontsize=12, fontweight="bold")
+    return _save(fig, path)
 
 
 def render_run(run_dir: str | Path) -> list[Path]:
@@ -919,7 +1180,8 @@ def render_run(run_dir: str | Path) -> list[Path]:
 
     Reads ``metrics.csv`` / ``metrics.parquet`` and ``summary.json`` and
     writes ``plots/regret.png``, ``plots/regret_over_sqrt_t.png``,
-    ``plots/client_losses.png`` and ``plots/heterogeneity.png`` inside the
+    ``plots/client_losses.png``, ``plots/heterogeneity.png``,
+    ``plots/decomposition.png`` and ``plots/client_regret.png`` inside the
     run folder.
 
     Parameters
@@ -930,7 +1192,7 @@ def render_run(run_dir: str | Path) -> list[Path]:
     Returns
     -------
     list of Path
-        The four PNG files, in the order above.
+        The six PNG files, in the order above.
 
     Raises
     ------
@@ -948,6 +1210,8 @@ def render_run(run_dir: str | Path) -> list[Path]:
         plot_regret_over_sqrt_t(df, summary, out / "regret_over_sqrt_t.png"),
         plot_client_losses(df, summary, out / "client_losses.png"),
         plot_heterogeneity(df, summary, out / "heterogeneity.png"),
+        plot_decomposition(df, summary, out / "decomposition.png"),
+        plot_client_regret(df, summary, out / "client_regret.png"),
     ]
 
 
@@ -1026,11 +1290,17 @@ def _sweep_figure(rows: Sequence[Mapping], metric: str) -> Figure:
 
     fig = _new_figure(figsize=(12.5, 5.2))
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.35, 1]})
+    banded = False
     for r in sorted(rows, key=lambda r: (labels.index(str(r["label"])), int(r["M"]))):
         t = np.asarray(r["t"], dtype=float)
         y = np.asarray(r["regret"], dtype=float)
         idx = _thin_index(len(t))
         left.plot(t[idx], y[idx], color=colour(int(r["M"])), linestyle=style[str(r["label"])], linewidth=1.5)
+        if "regret_lo" in r and "regret_hi" in r:
+            lo, hi = np.asarray(r["regret_lo"], dtype=float), np.asarray(r["regret_hi"], dtype=float)
+            if np.isfinite(lo).any():
+                left.fill_between(t[idx], lo[idx], hi[idx], color=colour(int(r["M"])), alpha=0.15, linewidth=0)
+                banded = True
     left.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
     left.set_xlabel("step t")
     left.set_ylabel(f"{name} $R_t$ {_METRIC_OF.get(metric, '')} (loss units)".replace("  ", " "), fontsize=9.5)
@@ -1047,15 +1317,22 @@ def _sweep_figure(rows: Sequence[Mapping], metric: str) -> Figure:
 
     finals_all = []
     for lab in labels:
-        pts = sorted((int(r["M"]), _num(r["final"])) for r in rows if str(r["label"]) == lab)
-        pts = [(m, v) for m, v in pts if np.isfinite(v)]
+        pts = sorted((int(r["M"]), _num(r["final"]), _num(r.get("final_lo")), _num(r.get("final_hi")))
+                     for r in rows if str(r["label"]) == lab)
+        pts = [p for p in pts if np.isfinite(p[1])]
         if not pts:
             continue
-        m, v = np.array(pts, dtype=float).T
+        m, v, lo, hi = np.array(pts, dtype=float).T
         finals_all.extend(v)
         right.plot(m, v, color="0.15", linestyle=style[lab], marker=marker[lab], markersize=6,
                    markerfacecolor="white", linewidth=1.5, label=lab, zorder=3)
         right.scatter(m, v, c=[colour(int(x)) for x in m], marker=marker[lab], s=30, zorder=4)
+        if np.isfinite(lo).any():
+            err = np.vstack([np.where(np.isfinite(lo), v - lo, 0.0), np.where(np.isfinite(hi), hi - v, 0.0)])
+            right.errorbar(m, v, yerr=np.maximum(err, 0.0), fmt="none", ecolor="0.3", elinewidth=1.0, capsize=3,
+                           zorder=3)
+            finals_all.extend(lo[np.isfinite(lo)])
+            banded = True
     finals_all = np.asarray(finals_all, dtype=float)
     if finals_all.size and (finals_all > 0).all():
         right.set_yscale("log")
@@ -1080,7 +1357,9 @@ def _sweep_figure(rows: Sequence[Mapping], metric: str) -> Figure:
     right.tick_params(which="minor", labelsize=8, colors="0.35")
     if right.get_legend_handles_labels()[0]:
         right.legend(fontsize=8.5, loc="best", framealpha=0.9)
-    fig.suptitle("Benefit of parallelisation: regret vs number of clients M", fontsize=12.5, fontweight="bold")
+    fig.suptitle("Benefit of parallelisation: regret vs number of clients M"
+                 + ("  (mean over seeds; bands and bars: 95 % t-intervals)" if banded else ""),
+                 fontsize=12.5, fontweight="bold")
     return fig
 
 
@@ -1121,7 +1400,73 @@ def render_sweep(sweep_dir: str | Path) -> Path:
     _require(table, ("run", "label", "M") + ((metric,) if metric else ("regret_static",)), source=str(path))
     rows = []
     for rec in table.to_dict("records"):
-        df = load_metrics(sweep_dir / str(rec["run"]), columns=[metric])
-        rows.append({"label": str(rec["label"]), "M": int(rec["M"]), "t": df["t"].to_numpy(),
-                     "regret": df[metric].to_numpy(dtype=float), "final": _num(rec[metric])})
+        run = sweep_dir / str(rec["run"])
+        banded = f"{metric}_lo" in _metric_names(run)         # a seeds run: mean and 95 % interval
+        df = load_metrics(run, columns=[metric] + ([f"{metric}_lo", f"{metric}_hi"] if banded else []))
+        row = {"label": str(rec["label"]), "M": int(rec["M"]), "t": df["t"].to_numpy(),
+               "regret": df[metric].to_numpy(dtype=float), "final": _num(rec[metric])}
+        if banded:
+            row["regret_lo"], row["regret_hi"] = (df[f"{metric}_{e}"].to_numpy(dtype=float) for e in ("lo", "hi"))
+        if f"{metric}_lo" in rec:
+            row["final_lo"], row["final_hi"] = _num(rec[f"{metric}_lo"]), _num(rec[f"{metric}_hi"])
+        rows.append(row)
     return plot_sweep(rows, sweep_dir / "sweep.png", metric=metric)
+
+
+def plot_regime_agreement(agreement: Mapping, path: str | Path) -> Path:
+    """The regime flag against the measured benefit of M, one point per (setting, M).
+
+    x: the predicted noise share N/(N + V + P) of the regime condition (flag:
+    share ≥ ½); y: the measured share (R(1) − R(M))/((M − 1) R(M)) with its
+    95 % t-interval over seeds (:func:`streamfl.runtime.sweep.measured_share`).
+    Points in the lower-left and upper-right quadrants agree. Marker: M;
+    filled: agree, open: disagree, grey: undetermined.
+
+    Parameters
+    ----------
+    agreement : dict
+        :func:`streamfl.runtime.sweep.regime_agreement`'s result.
+    path : str or Path
+
+    Returns
+    -------
+    Path
+    """
+    cells = list(agreement.get("cells") or [])
+    fig = _new_figure(figsize=(7.2, 6.4))
+    ax = fig.add_subplot()
+    markers = {}
+    for c in cells:
+        x, y = _num(c.get("predicted_share")), _num(c.get("share_mean"))
+        if not (np.isfinite(x) and np.isfinite(y)):
+            continue
+        M = int(c.get("M", 0))
+        mk = markers.setdefault(M, _MARKERS[len(markers) % len(_MARKERS)])
+        ok = c.get("agree")
+        colour = {True: "#2ca02c", False: "#d62728"}.get(ok, "0.55")
+        lo, hi = _num(c.get("share_lo")), _num(c.get("share_hi"))
+        if np.isfinite(lo) and np.isfinite(hi):
+            ax.plot([x, x], [lo, hi], color=colour, linewidth=1.0, alpha=0.7)
+        ax.plot([x], [y], linestyle="none", marker=mk, markersize=7, color=colour,
+                markerfacecolor=colour if ok else "white")
+    ax.axhline(SHARE_LINE, color="0.4", linestyle="--", linewidth=1.0)
+    ax.axvline(SHARE_LINE, color="0.4", linestyle="--", linewidth=1.0)
+    ax.set_xlim(-0.03, 1.03)
+    ys = [_num(c.get("share_mean")) for c in cells]
+    ys = [y for y in ys if np.isfinite(y)]
+    ax.set_ylim(min([-0.05] + ys) - 0.05, max([1.05] + ys) + 0.05)
+    ax.set_xlabel("predicted: noise share N/(N + V + P) at M (flag: ≥ ½)")
+    ax.set_ylabel("measured: (R(1) − R(M)) / ((M − 1) R(M))  (≥ ½ ⇔ R(M) ≤ 2R(1)/(M+1))")
+    for M, mk in sorted(markers.items()):
+        ax.plot([], [], linestyle="none", marker=mk, color="0.3", label=f"M = {M}")
+    ax.plot([], [], linestyle="none", marker="o", color="#2ca02c", label="flag agrees")
+    ax.plot([], [], linestyle="none", marker="o", color="#d62728", markerfacecolor="white", label="flag disagrees")
+    _style(ax)
+    _legend_below(fig, ax, ncol=4)
+    _titles(fig, ax, "Regime condition vs measured benefit of parallelisation",
+            f"{agreement.get('metric', '')}: flag agrees in {agreement.get('agree')} of {agreement.get('n')} cells; "
+            f"literal σ̄²/M ≥ L·K̄²: {agreement.get('literal_agree')} of {agreement.get('literal_n')}")
+    return _save(fig, path)
+
+
+SHARE_LINE = 0.5

@@ -83,6 +83,13 @@ def make_dir(path: Path, what: str) -> None:
         raise FileExistsError(f"{what}: cannot create the folder {path}: {e.strerror or e}") from None
 
 
+def tracker_learner(cfg: ExperimentConfig) -> dict:
+    """The main learner's η_t and τ, which the tracker's regime condition needs (both modes use it)."""
+    lc = cfg.learner
+    return {"step_size": StepSize(lc.step_size.kind, lc.step_size.eta, lc.step_size.mu, lc.step_size.t0),
+            "tau": lc.tau}
+
+
 def new_run_dir(cfg: ExperimentConfig, root: Path | None = None) -> Path:
     """Create and return a fresh ``<root>/<name>-<timestamp>[-k]`` folder (absolute path).
 
@@ -174,7 +181,7 @@ def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> 
     sink = MetricsSink(run_dir, cfg.output.format)
     tracker = RegretTracker(stream, MAIN, list(learners), radius=cfg.learner.radius, sink=sink,
                             spool_dir=str(run_dir / "spool"), reservoir_size=cfg.reservoir_size, seed=cfg.seed,
-                            client_columns=cfg.output.client_columns)
+                            client_columns=cfg.output.client_columns, **tracker_learner(cfg))
     started = time.perf_counter()
     hook = (lambda tr: on_chunk(tr, stream)) if on_chunk else None
     run_stream(stream, learners, tracker, MAIN, cfg.chunk_size, hook)

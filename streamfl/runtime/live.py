@@ -20,6 +20,19 @@ def _fmt(x) -> str:
     return f"{x:,.3f}" if abs(x) < 1e5 else f"{x:,.4g}"
 
 
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _pm(h: dict, key: str) -> str:
+    """A running mean (clipped at 0 for display: empirical means are unbiased and may dip below) ± its SE."""
+    mean, se = h.get(f"{key}_mean"), h.get(f"{key}_se")
+    if not _finite(mean):
+        return "—"
+    text = _fmt(max(mean, 0.0))
+    return text + (f" ± {_fmt(se)}" if _finite(se) else "")
+
+
 class LiveView:
     """Context manager showing a progress bar and a regret table, refreshed per chunk.
 
@@ -79,19 +92,31 @@ class LiveView:
             else:
                 r.add_row(label, "n/a†", "n/a†")
                 notes.append("† needs a synthetic source (the population loss F is unknown)")
+        # FedSEA Lemma 1: regret of the virtual average + consensus part
+        basis = "expected" if _finite(st.regret.get("expected_virtual")) else "static"
+        r.add_row(f"  {basis}, virtual average x̄_t", _fmt(st.regret.get(f"{basis}_virtual")), "")
+        r.add_row("  + consensus part (exact)", _fmt(st.regret.get("consensus_part")), "")
+        r.add_row("  bound's (L/2)·Σ‖x_m − x̄‖²/M", _fmt(st.regret.get("consensus_bound")), "")
         h = st.heterogeneity
         het = Table(show_header=True, expand=False)
-        for col in ("σ̄²", "ζ̄²", "K̄²", "L", "σ̄²/M ≥ L·K̄²"):
+        for col in ("σ̄² (played)", "σ̄² (at u_t)", "ζ̄²", "K̄²", "L", "ℓ"):
             het.add_column(col, justify="right")
-        helps = h.get("parallelisation_helps")
-        het.add_row(_fmt(h.get("sigma2_mean")), _fmt(h.get("zeta2_mean")), _fmt(h.get("K2_mean")), _fmt(h.get("L")),
-                    {True: "yes", False: "no"}.get(helps, "undetermined"))
-        if helps is None and st.t:
-            missing = [name for name, key in (("σ̄²", "sigma2_mean"), ("K̄²", "K2_mean"), ("L", "L"))
-                       if not math.isfinite(h.get(key, float("nan")))]
-            notes.append(f"regime undetermined: no estimate of {', '.join(missing)}"
-                         + (" (without a known population F, σ² needs b ≥ 2)" if "σ̄²" in missing else ""))
-        return Group(t, r, het, *(Text(n, style="dim") for n in dict.fromkeys(notes)))
+        het.add_row(_pm(h, "sigma2"), _pm(h, "sigma2_comparator"), _pm(h, "zeta2"), _pm(h, "K2"),
+                    _fmt(h.get("L")), _fmt(h.get("curvature_mean")))
+        reg = h.get("regime") or {}
+        units = reg.get("units", "loss units")
+        helps = reg.get("parallelisation_helps")
+        verdict = {True: "[green]helps[/]", False: "[red]does not help[/]"}.get(
+            helps, f"[yellow]undetermined[/] ({reg.get('reason') or 'missing estimates'})")
+        regime = Table(show_header=True, expand=False,
+                       title="parallelisation: the noise term against the terms averaging does not improve")
+        regime.add_column(f"N = Σ ησ²/(2M(2−ηℓ)) ({units})", justify="right")
+        regime.add_column(f"V = Σ K²/(2ηℓ²(2−ηℓ)) ({units})", justify="right")
+        regime.add_column(f"P = D²/(2η(2−ηℓ)) ({units})", justify="right")
+        regime.add_column("N ≥ V + P ⇒ averaging helps")
+        regime.add_row(_fmt(reg.get("noise_term")), _fmt(reg.get("temporal_term")), _fmt(reg.get("transient_term")),
+                       verdict)
+        return Group(t, r, het, regime, *(Text(n, style="dim") for n in dict.fromkeys(notes)))
 
     def __call__(self, tracker, stream=None) -> None:
         self.dropped = int(getattr(stream, "n_dropped_", 0) or 0)

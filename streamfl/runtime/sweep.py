@@ -1,16 +1,35 @@
-"""Heterogeneity sweeps: the same experiment over a grid of settings, one comparison plot."""
+"""Heterogeneity sweeps: the same experiment over a grid of settings, compared with intervals over seeds.
+
+Every combination of ``sweep.parameters`` runs under ``seeds`` seeds (all
+runs share one process pool of min(runs, cores) workers). The sweep folder
+holds one folder per combination (with ``seed-<s>/`` run folders and the
+seeds' summary when ``seeds`` > 1), and:
+
+* ``sweep.csv`` — per combination: the final ``metric`` (mean and 95 %
+  t-interval over seeds), the regime condition's two sides and verdict, the
+  literal σ̄²/M ≥ L·K̄² for comparison;
+* ``sweep.png`` — the regret curves (bands over seeds) and the final regret
+  against M with error bars;
+* when M = 1 is in the grid and the metric is the dynamic regret (or stays
+  positive): ``agreement.csv``, ``regime.png`` and ``sweep.json`` — the
+  regime flag checked against measurement (:func:`regime_agreement`).
+"""
 
 from __future__ import annotations
 
 import itertools
+import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..config import apply_override, config_data, dump_config, parse_config
 from ..generators.build import build_stream
-from .experiment import new_run_dir, run_experiment
+from .experiment import _jsonable, new_run_dir
 from .header import describe_inputs, header_lines
+from .seeds import run_pool, summarize_seeds, t_band, t_interval
 
 
 def _folder_part(text: str) -> str:
@@ -20,33 +39,114 @@ def _folder_part(text: str) -> str:
     return text.replace("=", "-")
 
 
-def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plots: bool | None = None) -> dict:
-    """Run every combination in ``cfg.sweep.parameters``; write ``config.yaml``
-    (the sweep), ``sweep.csv``, one run folder per combination and, with plots,
-    ``sweep.png`` and each run's plots.
+#: The measured criterion: the noise (M-dependent) share of the regret at M is at least this.
+SHARE = 0.5
+
+
+def _read_column(run_dir: Path, summary: dict, metric: str) -> pd.DataFrame:
+    name = summary["metrics_file"]
+    if name.endswith(".csv"):
+        return pd.read_csv(run_dir / name, usecols=["t", metric])
+    return pd.read_parquet(run_dir / name, columns=["t", metric])
+
+
+def measured_share(R1: float, RM: float, M: int) -> float:
+    """The share of the regret at M that averaging removes, measured from R(1) and R(M).
+
+    Under the two-term model R(M) = N/M + V (N: the noise term at M = 1, V:
+    everything averaging does not improve), N = (R(1) − R(M))·M/(M − 1), so
+    the noise share at M is (N/M)/R(M) = (R(1) − R(M)) / ((M − 1) R(M)).
+    The regime flag claims N/M ≥ V, i.e. a share ≥ ½, i.e.
+    R(M) ≤ 2 R(1)/(M + 1) (a fall of at least 60 % at M = 4, 88 % at M = 16).
+
+    >>> round(measured_share(643.1, 54.4, 16), 3)
+    0.721
+    """
+    if not (M > 1 and np.isfinite(R1) and np.isfinite(RM) and RM > 0):
+        return math.nan
+    return (R1 - RM) / ((M - 1) * RM)
+
+
+def regime_agreement(cells: list[dict]) -> dict:
+    """Check the regime flag against the measured benefit of M.
+
+    Parameters
+    ----------
+    cells : list of dict
+        One per (setting, M > 1): ``label``, ``M``, ``shares`` (the measured
+        share per seed, paired with M = 1 of the same seed: the same drift
+        path), ``flag`` (the regime condition at M: True / False / None),
+        ``literal`` (σ̄²/M ≥ L·K̄² at M), ``predicted_share`` (N/(N + V + P)).
+
+    Returns
+    -------
+    dict with ``cells`` (each with the share's mean and 95 % t-interval,
+    ``measured`` = mean share ≥ ½, ``borderline`` when the interval contains
+    ½, ``agree``), the counts ``agree``/``n`` for the flag and the literal
+    condition, and ``text``, one sentence.
+    """
+    out, agree, n, lit_agree, lit_n, undetermined = [], 0, 0, 0, 0, 0
+    for cell in cells:
+        r = t_interval(cell["shares"])
+        measured = None if not np.isfinite(r["mean"]) else bool(r["mean"] >= SHARE)
+        borderline = bool(np.isfinite(r["lo"]) and r["lo"] < SHARE < r["hi"])
+        flag = cell.get("flag")
+        ok = None if (flag is None or measured is None) else (flag == measured)
+        lit = cell.get("literal")
+        lit_ok = None if (lit is None or measured is None) else (lit == measured)
+        if measured is not None:
+            if ok is None:
+                undetermined += 1
+            else:
+                n += 1
+                agree += int(ok)
+            if lit_ok is not None:
+                lit_n += 1
+                lit_agree += int(lit_ok)
+        out.append({**{k: v for k, v in cell.items() if k != "shares"}, "share_mean": r["mean"],
+                    "share_lo": r["lo"], "share_hi": r["hi"], "seeds": r["n"], "measured_helps": measured,
+                    "borderline": borderline, "agree": ok, "literal_agree": lit_ok})
+    text = (f"regime flag vs measured benefit of M (noise share of the regret at M ≥ {SHARE}, "
+            f"i.e. R(M) ≤ 2R(1)/(M + 1)): agrees in {agree} of {n} cells"
+            + (f" ({undetermined} undetermined)" if undetermined else "")
+            + f"; FedSEA's σ̄²/M ≥ L·K̄² read literally: {lit_agree} of {lit_n}")
+    return {"cells": out, "agree": agree, "n": n, "undetermined": undetermined,
+            "literal_agree": lit_agree, "literal_n": lit_n, "criterion_share": SHARE, "text": text}
+
+
+def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plots: bool | None = None,
+              workers: int | None = None) -> dict:
+    """Run every combination in ``cfg.sweep.parameters`` under ``cfg.seeds`` seeds.
 
     Parameters
     ----------
     plots : bool or None
-        Override ``cfg.output.plots``.
+        Override ``cfg.output.plots``: with plots, ``sweep.png``, ``regime.png``
+        and each run's plots are drawn.
+    workers : int or None
+        Processes for the runs (default min(runs, cores); 1 runs them in this
+        process).
 
-    Returns a dict with ``dir``, ``plot`` (None without plots), ``rows``
-    (final metric per run).
+    Writes ``config.yaml`` (the sweep) and the files listed in the module
+    docstring. Returns a dict with ``dir``, ``plot`` (None without plots),
+    ``rows`` (one per combination) and ``agreement`` (None when it cannot be
+    measured).
     """
     from rich.progress import Progress
 
-    from ..report.plots import render_sweep
+    from ..report.plots import plot_regime_agreement, plot_sweep, render_run
 
     sweep = cfg.sweep
     plots = cfg.output.plots if plots is None else plots
+    n_seeds = cfg.seeds
     root = Path(out) if out else new_run_dir(cfg)
     root.mkdir(parents=True, exist_ok=True)
     base = config_data(cfg)
     (root / "config.yaml").write_text(dump_config(cfg))
     base.pop("sweep")
+    base["seeds"] = 1
     keys = list(sweep.parameters)
     combos = list(itertools.product(*(range(len(sweep.parameters[k])) for k in keys)))
-    rows = []
     # Build and validate every combination before running any, so a bad value
     # stops the sweep at once instead of after hours of runs.
     plan = []
@@ -63,25 +163,84 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plo
             else:
                 label_parts.append(text)
         sub = parse_config({**data, "name": f"{cfg.name}-{'-'.join(parts)}"})
-        plan.append((sub, parts, label_parts, M))
+        plan.append((sub, "-".join(parts), ", ".join(label_parts) or cfg.name, M))
+    jobs, owner = [], []
+    for p, (sub, name, _, _) in enumerate(plan):
+        for k in range(n_seeds):
+            seeded = sub.model_copy(update={"seed": sub.seed + k})
+            run_dir = root / name / f"seed-{seeded.seed}" if n_seeds > 1 else root / name
+            jobs.append((seeded, run_dir, plots))
+            owner.append(p)
+    if console is not None:           # each setting's run header: how its input was read
+        for sub, name, _, _ in plan:
+            console.print(f"{sub.name}:", highlight=False, soft_wrap=True)
+            for line in header_lines(describe_inputs(sub, build_stream(sub))):
+                console.print(f"  {line}", highlight=False, soft_wrap=True)
     with Progress(console=console, disable=not live) as progress:
-        task = progress.add_task(f"sweep {cfg.name}", total=len(combos))
-        for sub, parts, label_parts, M in plan:
-            run_dir = root / "-".join(parts)
-            stream = build_stream(sub)
-            if console is not None:
-                console.print(f"{sub.name}:", highlight=False, soft_wrap=True)
-                for line in header_lines(describe_inputs(sub, stream)):
-                    console.print(f"  {line}", highlight=False, soft_wrap=True)
-            summary = run_experiment(sub, run_dir, plots=plots, stream=stream)
-            final = summary.get(sweep.metric)
-            M = M or summary["n_clients"]
-            label = ", ".join(label_parts) or cfg.name
-            rows.append({"run": "-".join(parts), "label": label, "M": M, sweep.metric: final,
-                         "sigma2_mean": summary["heterogeneity"]["sigma2_mean"],
-                         "K2_mean": summary["heterogeneity"]["K2_mean"],
-                         "parallelisation_helps": summary["heterogeneity"]["parallelisation_helps"]})
-            progress.advance(task)
+        task = progress.add_task(f"sweep {cfg.name}: {len(plan)} settings × {n_seeds} seed(s)", total=len(jobs))
+        results = run_pool(jobs, workers=workers, on_done=lambda: progress.advance(task))
+    rows, curves, per_setting = [], [], {}
+    metric = sweep.metric
+    for p, (sub, name, label, M) in enumerate(plan):
+        idx = [i for i, o in enumerate(owner) if o == p]
+        summaries = [results[i] for i in idx]
+        dirs = [jobs[i][1] for i in idx]
+        if n_seeds > 1:
+            summarize_seeds(summaries, dirs, root / name, sub)
+            if plots:
+                render_run(root / name)
+        M = M or summaries[0]["n_clients"]
+        finals = [s.get(metric) for s in summaries]
+        fin = t_interval(finals)
+        frames = [_read_column(d, s, metric) for d, s in zip(dirs, summaries)]
+        T = min(len(f) for f in frames)
+        Y = np.stack([f[metric].to_numpy(dtype=float)[:T] for f in frames])
+        mean_curve, band_lo, band_hi = t_band(Y)
+        het = [s["heterogeneity"] for s in summaries]
+        flags = [h.get("parallelisation_helps") for h in het]
+        flag = flags[0] if len(set(flags)) == 1 else None
+        lits = [h.get("literal", {}).get("holds") for h in het]
+        lit = lits[0] if len(set(lits)) == 1 else None
+        N = float(np.mean([h["regime"]["noise_term"] for h in het]))
+        V = float(np.mean([h["regime"]["temporal_term"] + np.nan_to_num(h["regime"]["transient_term"])
+                           for h in het]))
+        rows.append({"run": name, "label": label, "M": M, metric: fin["mean"], f"{metric}_lo": fin["lo"],
+                     f"{metric}_hi": fin["hi"], "seeds": n_seeds, "noise_term": N, "temporal_plus_transient": V,
+                     "parallelisation_helps": flag, "literal_holds": lit,
+                     "sigma2_mean": float(np.mean([h["sigma2_mean"] for h in het])),
+                     "sigma2_comparator_mean": float(np.mean([h["sigma2_comparator_mean"] for h in het])),
+                     "K2_mean": float(np.mean([h["K2_mean"] for h in het]))})
+        curve = {"label": label, "M": M, "t": frames[0]["t"].to_numpy()[:T], "regret": mean_curve,
+                 "final": fin["mean"], "final_lo": fin["lo"], "final_hi": fin["hi"]}
+        if n_seeds > 1:
+            curve["regret_lo"], curve["regret_hi"] = band_lo, band_hi
+        curves.append(curve)
+        per_setting.setdefault(label, {})[M] = {"finals": finals, "flag": flag, "literal": lit, "N": N, "V": V}
     pd.DataFrame(rows).to_csv(root / "sweep.csv", index=False)
-    plot = render_sweep(root) if plots else None
-    return {"dir": str(root), "plot": None if plot is None else str(plot), "rows": rows}
+    plot = root / "sweep.png" if plots else None
+    if plots:
+        plot_sweep(curves, plot, metric=metric)
+    result = {"dir": str(root), "plot": None if plot is None else str(plot), "rows": rows, "agreement": None}
+    cells = []
+    for label, byM in per_setting.items():
+        if 1 not in byM:
+            continue
+        for M, info in sorted(byM.items()):
+            if M == 1:
+                continue
+            shares = [measured_share(r1, rm, M) for r1, rm in zip(byM[1]["finals"], info["finals"])]
+            cells.append({"label": label, "M": M, "shares": shares, "flag": info["flag"], "literal": info["literal"],
+                          "noise_term": info["N"], "temporal_plus_transient": info["V"],
+                          "predicted_share": info["N"] / (info["N"] + info["V"])
+                          if np.isfinite(info["N"] + info["V"]) and info["N"] + info["V"] > 0 else math.nan})
+    if cells and (metric == "regret_dynamic" or all(np.isfinite(s) for c in cells for s in c["shares"])):
+        agreement = regime_agreement(cells)
+        agreement["metric"] = metric
+        pd.DataFrame(agreement["cells"]).to_csv(root / "agreement.csv", index=False)
+        result["agreement"] = agreement
+        if plots:
+            plot_regime_agreement(agreement, root / "regime.png")
+            result["regime_plot"] = str(root / "regime.png")
+    (root / "sweep.json").write_text(json.dumps(_jsonable({"rows": rows, "agreement": result["agreement"],
+                                                           "seeds": n_seeds, "metric": metric}), indent=2))
+    return result
