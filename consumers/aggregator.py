@@ -68,7 +68,7 @@ from streamfl.transport.format import FormatError, Global, Update, decode, encod
 from streamfl.transport.state import RestoreStalled, read_to_end
 from streamfl.transport.state import resilient_producer as make_producer
 from streamfl.transport.state import resilient_reader as make_reader
-from streamfl.transport.topics import Topics, dead_letter, key_of
+from streamfl.transport.topics import BrokerUnavailable, Topics, check_broker, dead_letter, key_of
 
 log = logging.getLogger("streamfl.aggregator")
 
@@ -252,6 +252,11 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s aggregator %(levelname)s %(message)s", stream=sys.stderr)
     stop = []
     signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    try:
+        check_broker(args.bootstrap)       # the same bounded check and message as every role and the CLI
+    except (BrokerUnavailable, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         n = run_aggregator(args.bootstrap, args.run_id, args.clients, args.rounds, args.timeout, lambda: bool(stop))
         log.info("published %d GLOBAL model(s)", n)

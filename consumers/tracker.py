@@ -56,7 +56,7 @@ from streamfl.runtime.experiment import MAIN, _jsonable
 from streamfl.runtime.sink import MetricsSink
 from streamfl.transport.format import FormatError, Loss, decode
 from streamfl.transport.spec import ConfigMismatch, check_fingerprint, config_fingerprint
-from streamfl.transport.topics import Topics, make_reader
+from streamfl.transport.topics import BrokerUnavailable, Topics, check_broker, make_reader
 
 
 class TrackerError(RuntimeError):
@@ -394,6 +394,11 @@ def main(argv=None) -> int:
     ap.add_argument("--metrics-linger", type=float, default=0.0)
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
+    try:
+        check_broker(args.bootstrap)       # the same bounded check and message as every role and the CLI
+    except (BrokerUnavailable, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         from streamfl.runtime.experiment import build_stream
         from streamfl.transport.spec import kafka_unsupported, read_config
