@@ -139,13 +139,24 @@ class LossAssembler:
     n_clients, n_features, n_classes : int
         M, d, K.
 
-    Steps may arrive in any order and interleaved across workers; a client
-    reported twice for the same step is an error (two workers own it).
+    Steps may arrive in any order and interleaved across workers. A client
+    reported again for the same step with the same loss and played model
+    (bit for bit: a replay after a rebalance) is counted once
+    (:attr:`duplicates`); with other values it is an error naming both
+    workers (two workers computed different numbers for one client).
+
+    Examples
+    --------
+    >>> a = LossAssembler(2, 1)
+    >>> msg = Loss(t=1, worker=0, clients=np.array([0]), losses=np.array([0.5]), played=np.zeros((1, 1, 1)))
+    >>> a.add(msg); a.add(msg); a.duplicates, a.complete(1)
+    (1, False)
     """
 
     def __init__(self, n_clients: int, n_features: int, n_classes: int = 1):
         self.M, self.d, self.K = n_clients, n_features, n_classes
         self.steps: dict[int, list] = {}
+        self.duplicates = 0        # (step, client) reports counted once
 
     def add(self, msg: Loss) -> None:
         """Store one LOSS message.
@@ -153,7 +164,8 @@ class LossAssembler:
         Raises
         ------
         TrackerError
-            Unknown client id, wrong model shape, or a client reported twice.
+            Unknown client id, wrong model shape, or a client reported twice
+            with different values.
         """
         ids = msg.clients
         if ids.size and (ids.min() < 0 or ids.max() >= self.M):
@@ -161,13 +173,24 @@ class LossAssembler:
         if msg.played.shape[1:] != (self.d, self.K):
             raise TrackerError(f"LOSS from worker {msg.worker} at step {msg.t}: models {msg.played.shape[1:]}, "
                                f"expected ({self.d}, {self.K})")
+        if len(np.unique(ids)) != len(ids):
+            raise TrackerError(f"LOSS from worker {msg.worker} at step {msg.t} names a client twice: {ids.tolist()}")
         slot = self.steps.get(msg.t)
         if slot is None:
-            slot = self.steps[msg.t] = [np.zeros(self.M), np.zeros((self.M, self.d, self.K)), np.zeros(self.M, bool)]
-        if slot[2][ids].any() or len(np.unique(ids)) != len(ids):
-            raise TrackerError(f"step {msg.t}: clients {ids[slot[2][ids]].tolist()} reported twice "
-                               f"(by worker {msg.worker} and another)")
-        slot[0][ids], slot[1][ids], slot[2][ids] = msg.losses, msg.played, True
+            slot = self.steps[msg.t] = [np.zeros(self.M), np.zeros((self.M, self.d, self.K)), np.zeros(self.M, bool),
+                                        np.full(self.M, -1)]
+        losses, played = msg.losses, msg.played
+        seen = slot[2][ids]
+        if seen.any():
+            old = ids[seen]
+            same = (slot[0][old] == losses[seen]) & (slot[1][old] == played[seen]).all(axis=(1, 2))
+            if not same.all():
+                bad = old[~same]
+                raise TrackerError(f"step {msg.t}: clients {bad.tolist()} reported twice with different values, by "
+                                   f"worker {int(slot[3][bad[0]])} and worker {msg.worker}")
+            self.duplicates += len(old)
+            ids, losses, played = ids[~seen], losses[~seen], played[~seen]
+        slot[0][ids], slot[1][ids], slot[2][ids], slot[3][ids] = losses, played, True, msg.worker
 
     def complete(self, t: int) -> bool:
         slot = self.steps.get(t)

@@ -156,6 +156,7 @@ from streamfl.models import StackedLinear
 from streamfl.runtime.engine import MAIN, divergence_message
 from streamfl.transport.format import ClientState, Data, FormatError, Global, Loss, Update, decode, encode
 from streamfl.transport.spec import CONFIG_HEADER, ConfigMismatch, LearnerSpec, check_fingerprint, config_fingerprint
+from streamfl.transport.fencing import format_proof, parse_proof, update_digest
 from streamfl.transport.security import client_config
 from streamfl.transport.state import (RestoreStalled, StateStore, create_state_topic, read_to_end, resilient_reader,
                                       send_states, transactional_producer)
@@ -411,8 +412,7 @@ class Worker:
             if p not in self.target:
                 continue
             r, digests = self.proof.get(p, (0, []))
-            out[self._tp(p)] = OffsetAndMetadata(int(self.commit_offsets.get(p, 0)),
-                                                 f"r={r};u={','.join(digests)}", -1)
+            out[self._tp(p)] = OffsetAndMetadata(int(self.commit_offsets.get(p, 0)), format_proof(r, digests), -1)
         return out
 
     def _commit(self, meta=None) -> None:
@@ -983,27 +983,6 @@ class Worker:
                 self.producer.close(timeout=10)
             except Exception:
                 pass
-
-
-def parse_proof(metadata: str) -> tuple[int, list]:
-    """(round, update digests) from committed-offset metadata ``r=<round>;u=<digest>,<digest>`` ((0, []) if absent).
-
-    >>> parse_proof("r=3;u=ab12,cd34")
-    (3, ['ab12', 'cd34'])
-    >>> parse_proof("")
-    (0, [])
-    """
-    fields = dict(part.split("=", 1) for part in (metadata or "").split(";") if "=" in part)
-    try:
-        r = int(fields.get("r", 0))
-    except ValueError:
-        return (0, [])
-    return (r, [u for u in fields.get("u", "").split(",") if u])
-
-
-def update_digest(raw: bytes) -> str:
-    """Digest of an UPDATE record's value as written to committed-offset metadata (16 hex digits of SHA-256)."""
-    return hashlib.sha256(bytes(raw)).hexdigest()[:16]
 
 
 def main(argv=None) -> int:
