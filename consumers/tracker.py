@@ -21,11 +21,16 @@ the tracker serves these gauges on ``http://HOST:PORT/metrics``
 ==================================  =========================================================
 ``streamfl_regret{comparator}``     cumulative regret (nats) per comparator: ``static``,
                                     ``expected``, ``dynamic``; live values after every chunk
-                                    of steps, the exact end-of-run values once finished
+                                    of steps, the exact end-of-run values once finished. A
+                                    comparator appears once it has a value: the expected
+                                    regret of a logistic/softmax run only at the end (its
+                                    comparator needs the whole horizon)
 ``streamfl_cumulative_loss``        Σ_t network loss of FedSEA (nats)
 ``streamfl_step``                   t, steps tracked so far
 ``streamfl_rounds``                 rounds completed (all LOSS records of step rτ received)
 ``streamfl_samples_per_second``     client-samples tracked per second since the tracker started
+``streamfl_samples_per_second_now`` client-samples tracked per second over the last
+                                    ``RATE_WINDOW`` s (the current rate)
 ``streamfl_loss_consumer_lag``      LOSS records written but not yet read by the tracker
 ``streamfl_round_latency_seconds``  wall time between the tracker receiving the last LOSS
                                     record of step (r−1)τ and of step rτ for the latest round
@@ -35,12 +40,16 @@ the tracker serves these gauges on ``http://HOST:PORT/metrics``
 ==================================  =========================================================
 
 Lag and dead letters are refreshed at most every 0.5 s; the others per
-received record or per chunk.
+received record or per chunk. Under ``streamfl run --metrics-port P
+--metrics-linger S`` (environment ``STREAMFL_METRICS_PORT``,
+``STREAMFL_METRICS_LINGER``) the server keeps serving the final values for S
+seconds after the summary is written.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -57,6 +66,9 @@ from streamfl.runtime.sink import MetricsSink
 from streamfl.transport.format import FormatError, Loss, decode
 from streamfl.transport.spec import ConfigMismatch, check_fingerprint, config_fingerprint
 from streamfl.transport.topics import BrokerUnavailable, Topics, check_broker, make_reader
+
+
+RATE_WINDOW = 5.0          # s over which streamfl_samples_per_second_now is measured
 
 
 class TrackerError(RuntimeError):
@@ -96,15 +108,15 @@ class TrackerMetrics:
         self.step = gauge("streamfl_step", "Steps tracked so far")
         self.rounds = gauge("streamfl_rounds", "Averaging rounds whose last step the tracker has received")
         self.sps = gauge("streamfl_samples_per_second", "Client-samples tracked per second since the tracker started")
+        self.sps_now = gauge("streamfl_samples_per_second_now",
+                             f"Client-samples tracked per second over the last {RATE_WINDOW:g} s")
         self.lag = gauge("streamfl_loss_consumer_lag", "LOSS records not yet read by the tracker")
         self.round_latency = gauge("streamfl_round_latency_seconds",
                                    "Seconds between the last LOSS of step (r-1)tau and of step r*tau, latest round")
         self.dead = gauge("streamfl_dead_letters", "Records on the run's dead-letter topic")
         self.finished = gauge("streamfl_finished", "1 once the run's summary is written")
-        for g in (self.cum_loss, self.step, self.rounds, self.sps, self.lag, self.dead, self.finished):
+        for g in (self.cum_loss, self.step, self.rounds, self.sps, self.sps_now, self.lag, self.dead, self.finished):
             g.labels(run_id).set(0)
-        for c in self.COMPARATORS:
-            self.regret.labels(run_id, c).set(float("nan"))
         self.round_latency.labels(run_id).set(float("nan"))
         self.server, self.thread = start_http_server(port, addr, registry=self.registry)
 
@@ -118,10 +130,12 @@ class TrackerMetrics:
         gauge.labels(self.run_id, *labels).set(float("nan") if value is None else float(value))
 
     def set_regrets(self, regrets: dict) -> None:
-        """Set ``streamfl_regret`` from a {comparator: value} mapping."""
+        """Set ``streamfl_regret`` from a {comparator: value} mapping; a comparator without a finite value yet
+        (None or NaN) is not exported."""
         for c in self.COMPARATORS:
-            if c in regrets:
-                self.set(self.regret, regrets[c], c)
+            v = regrets.get(c)
+            if v is not None and np.isfinite(v):
+                self.set(self.regret, v, c)
 
     def close(self) -> None:
         """Stop serving (idempotent)."""
@@ -251,6 +265,7 @@ def track(cfg, stream, bootstrap: str, run_id: str, run_dir: Path, on_chunk: Cal
     if metrics is None:
         if metrics_port is None and os.environ.get("STREAMFL_METRICS_PORT"):
             metrics_port = int(os.environ["STREAMFL_METRICS_PORT"])
+            metrics_linger = metrics_linger or float(os.environ.get("STREAMFL_METRICS_LINGER") or 0)
         if metrics_port is not None:
             try:
                 metrics = TrackerMetrics(metrics_port, run_id)
@@ -330,7 +345,7 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
         "n_steps": tracker.state.t, "tau": tau, "rounds": 0 if tau is None else tracker.state.t // tau,
         "elapsed_seconds": elapsed, "samples_per_second": tracker.state.samples / max(elapsed, 1e-9),
         "config": json.loads(cfg.model_dump_json()), "run_dir": str(run_dir), "metrics_file": sink.path.name,
-        "gaps": {}, "dead_letters": dead_letters,
+        "gaps": {}, "dead_letters": dead_letters, "duplicate_loss_reports": assembler.duplicates,
     })
     if extra:
         summary.update(extra)
@@ -361,6 +376,7 @@ class _Watch:
 
     def __init__(self, reader, topics, metrics, tau, n_clients):
         self.reader, self.topics, self.m, self.tau = reader, topics, metrics, tau
+        self.recent = collections.deque()       # (monotonic time, samples) of recent chunks
         self.next_poll = 0.0
         self.last_round = (0, None)          # (round, monotonic time its last LOSS arrived)
         self.rounds_done = set()
@@ -389,6 +405,13 @@ class _Watch:
         self.m.set(self.m.cum_loss, st.cum_loss.get(MAIN))
         self.m.set(self.m.step, st.t)
         self.m.set(self.m.sps, st.samples / max(elapsed, 1e-9))
+        now = time.monotonic()
+        self.recent.append((now, st.samples))
+        while len(self.recent) > 2 and now - self.recent[1][0] >= RATE_WINDOW:
+            self.recent.popleft()
+        if len(self.recent) >= 2:
+            (t0, s0), (t1, s1) = self.recent[0], self.recent[-1]
+            self.m.set(self.m.sps_now, (s1 - s0) / max(t1 - t0, 1e-9))
 
     def poll(self, force: bool = False) -> None:
         """Refresh lag and dead-letter count (broker round trip; at most every 0.5 s)."""
