@@ -35,7 +35,8 @@ the tracker serves these gauges on ``http://HOST:PORT/metrics``
 ``streamfl_round_latency_seconds``  wall time between the tracker receiving the last LOSS
                                     record of step (r−1)τ and of step rτ for the latest round
                                     r, i.e. how long one round of τ steps takes end to end
-``streamfl_dead_letters``           records on the run's dead-letter topic (end − start offset)
+``streamfl_dead_letters``           records on the run's dead-letter topic (committed records,
+                                    counted; offsets also hold transaction markers)
 ``streamfl_finished``               1 once the summary is written, else 0
 ==================================  =========================================================
 
@@ -65,6 +66,7 @@ from streamfl.runtime.experiment import MAIN, _jsonable
 from streamfl.runtime.sink import MetricsSink
 from streamfl.transport.format import FormatError, Loss, decode
 from streamfl.transport.spec import ConfigMismatch, check_fingerprint, config_fingerprint
+from streamfl.transport.state import read_to_end
 from streamfl.transport.topics import BrokerUnavailable, Topics, check_broker, make_reader
 
 
@@ -293,7 +295,8 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
     reader = make_reader(bootstrap, f"streamfl-{run_id}-tracker", topics.loss)
     started = time.perf_counter()
     tau = cfg.learner.tau
-    watch = _Watch(reader, topics, metrics, tau, M)
+    dead = _DeadCounter(bootstrap, run_id, topics)
+    watch = _Watch(reader, topics, metrics, tau, M, dead)
     try:
         last = time.monotonic()
         ready = 1                      # the first step not yet known to be complete
@@ -333,10 +336,11 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
             watch.on_chunk(tracker, time.perf_counter() - started)
             if on_chunk is not None:
                 on_chunk(tracker, stream)
-        dead_letters = _dead_letter_count(reader, topics)
+        dead_letters = dead.count()
         watch.poll(force=True)          # final lag and dead-letter count, while the reader is open
     finally:
         reader.close()
+        dead.close()
         sink.close()
     elapsed = time.perf_counter() - started
     summary = tracker.finalize()
@@ -361,28 +365,40 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
     return summary
 
 
-def _dead_letter_count(reader, topics) -> int | None:
-    """Records on the run's dead-letter topic now (None if the broker does not say)."""
-    from kafka import TopicPartition
-    tp = TopicPartition(topics.dead, 0)
-    try:
-        return int(reader.end_offsets([tp])[tp] - reader.beginning_offsets([tp])[tp])
-    except Exception:
-        return None
+class _DeadCounter:
+    """Counts the committed records of the run's dead-letter topic (workers write it in transactions, whose
+    commit markers take offsets too, so end − start offset over-counts)."""
+
+    def __init__(self, bootstrap: str, run_id: str, topics: Topics):
+        self.reader = make_reader(bootstrap, f"streamfl-{run_id}-tracker-dead", topics.dead)
+        self.topic, self.n = topics.dead, 0
+
+    def count(self, timeout: float = 10.0) -> int | None:
+        """Records on the topic now (None if it cannot be read)."""
+        def on_record(rec):
+            self.n += 1
+        try:
+            read_to_end(self.reader, self.topic, on_record, timeout)
+        except Exception:
+            return None
+        return self.n
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 class _Watch:
     """Feeds :class:`TrackerMetrics` from the tracking loop (no-op without metrics)."""
 
-    def __init__(self, reader, topics, metrics, tau, n_clients):
-        self.reader, self.topics, self.m, self.tau = reader, topics, metrics, tau
+    def __init__(self, reader, topics, metrics, tau, n_clients, dead):
+        self.reader, self.topics, self.m, self.tau, self.dead = reader, topics, metrics, tau, dead
         self.recent = collections.deque()       # (monotonic time, samples) of recent chunks
         self.next_poll = 0.0
         self.last_round = (0, None)          # (round, monotonic time its last LOSS arrived)
         self.rounds_done = set()
         if metrics is not None:
             from kafka import TopicPartition
-            self.loss_tp, self.dead_tp = TopicPartition(topics.loss, 0), TopicPartition(topics.dead, 0)
+            self.loss_tp = TopicPartition(topics.loss, 0)
 
     def on_loss(self, assembler, t: int) -> None:
         if self.m is None or not self.tau or t % self.tau or not assembler.complete(t):
@@ -420,10 +436,9 @@ class _Watch:
             return
         self.next_poll = now + 0.5
         try:
-            ends = self.reader.end_offsets([self.loss_tp, self.dead_tp])
-            starts = self.reader.beginning_offsets([self.dead_tp])
+            ends = self.reader.end_offsets([self.loss_tp])
             self.m.set(self.m.lag, max(0, ends[self.loss_tp] - self.reader.position(self.loss_tp)))
-            self.m.set(self.m.dead, ends[self.dead_tp] - starts[self.dead_tp])
+            self.m.set(self.m.dead, self.dead.count(timeout=2.0))
         except Exception:      # metrics must never stop the run
             pass
 

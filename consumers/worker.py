@@ -470,8 +470,11 @@ class Worker:
         with self._txn_lock:
             self._dropped = False
         if len(self.clients):
-            log.info("worker %d: dropped clients %s; restoring partitions %s", self.id, self.clients.tolist(),
-                     sorted(self.target))
+            log.info("worker %d: dropped clients %s; rejoining the group", self.id, self.clients.tolist())
+        try:       # an expelled member learns it at its next heartbeat; ask now, before restoring anything
+            self.consumer._coordinator.request_rejoin()
+        except AttributeError:
+            pass
         self._set_rows([], {})
         self.pending.clear()
         self.data_memo.clear()
@@ -632,11 +635,11 @@ class Worker:
                 raise FormatError("out_of_order", f"client {msg.client}: step {msg.t} after step {last} "
                                                   f"(one record per step, in order)")
         except FormatError as e:
+            if (partition, rec.offset) in self.dead_seen:
+                return        # re-read after a rebalance: dead-lettered already (by this or the previous owner)
             self.rejected += 1
             log.warning("worker %d: rejected DATA record at partition %d offset %d -> %s: %s",
                         self.id, partition, rec.offset, self.topics.dead, e)
-            if (partition, rec.offset) in self.dead_seen:
-                return        # re-read after a rebalance: the previous owner dead-lettered it already
             self.dead_seen.add((partition, rec.offset))
             with self._txn_lock:
                 if partition not in self.target:
