@@ -861,8 +861,11 @@ class Worker:
         return np.flatnonzero((self.t < self.T) | (self.wait > 0) | (self.ckpt < self.T))
 
     def _stall_message(self) -> str:
+        """The cause of a stall as far as this worker can see it: a client of its own without data first (it
+        holds back this worker's update), else the round it waits for (see :meth:`_round_diagnosis`)."""
         waiting = np.flatnonzero(self.wait > 0)
-        if len(waiting):
+        starving = np.flatnonzero((self.wait == 0) & (self.t < self.T))
+        if len(waiting) and not len(starving):
             r = int(self.wait[waiting].min())
             head = (f"worker {self.id} waited {self.timeout:.0f} s for the global model of round {r} "
                     f"(clients {self.clients[waiting].tolist()})")
@@ -871,10 +874,21 @@ class Worker:
             except Exception as e:          # the diagnosis reads topics; it must not hide the stall
                 log.info("round diagnosis failed: %s", e)
                 return f"{head}; the aggregator did not publish it (is it running? rejected updates go to {self.topics.dead})"
-        rows = self._unfinished()
+        rows = starving if len(starving) else self._unfinished()
         i = rows[np.argmin(self.t[rows])]
-        return (f"worker {self.id}: no DATA for step {int(self.t[i]) + 1} of client {int(self.clients[i])} "
-                f"within {self.timeout:.0f} s (is the producer running?)")
+        c, s = int(self.clients[i]), int(self.t[i]) + 1
+        head = f"worker {self.id}: no DATA for step {s} of client {c} within {self.timeout:.0f} s"
+        p = c % self.P
+        try:
+            end = self.consumer.end_offsets([self._tp(p)])[self._tp(p)]
+        except Exception:
+            return f"{head} (is the producer running?)"
+        if end == 0:
+            return (f"{head}: data partition {p} is empty (no producer wrote to it; with several producers, "
+                    f"is every --share I/N running?)")
+        if end <= int(self.next_off[i]):
+            return f"{head}: data partition {p} ends at offset {end}, before that step (is its producer running?)"
+        return f"{head}: data partition {p} holds records up to offset {end} that did not arrive (broker or network?)"
 
     def _round_diagnosis(self, r: int) -> str:
         """Why GLOBAL(r) has not come, from what the topics hold: an update of round r the aggregator
