@@ -174,6 +174,13 @@ class Fenced(Exception):
     """The broker refused this worker's transaction: it no longer owns what it wrote (see the module doc)."""
 
 
+class DuplicateWorker(WorkerError):
+    """Another process uses this worker's id (and so its transactional id) and keeps fencing it."""
+
+
+FENCED_EXIT = 3              # exit code of a worker stopped by DuplicateWorker
+
+
 CHECKPOINT_EVERY = 100      # steps between checkpoints when τ is unset
 # Per-client int64 state, one row per owned client: t last completed step; off data offset to resume from;
 # reported highest step on the loss topic; wait round whose GLOBAL the client waits for (0: none); ckpt step
@@ -262,6 +269,7 @@ class Worker:
         self.commit_offsets: dict[int, int] = {}        # partition → offset committed with each transaction
         self.proof: dict[int, tuple[int, list]] = {}    # partition → (round, update digests) in the offsets' metadata
         self.fences = 0             # transactions the broker refused
+        self._producer_fences = 0   # producers fenced since the last successful commit
         self._dropped = False       # set by the listener when the member lost its partitions
         # config fingerprints (streamfl.transport.spec): DATA records are checked, LOSS records carry one
         self.data_fingerprint = None if config is None else config_fingerprint(config)
@@ -433,6 +441,7 @@ class Worker:
                     self.producer.send_offsets_to_transaction(offsets, meta)
                 self.producer.commit_transaction()
                 self._txn_open = False
+                self._producer_fences = 0
             except Fenced as e:
                 self._abort(str(e))
                 raise
@@ -459,6 +468,12 @@ class Worker:
                     self.producer.close(timeout=0)
                 except Exception:
                     pass
+                self._producer_fences += 1
+                if self._producer_fences >= 3:   # a timed-out transaction fences once; a twin fences every time
+                    raise DuplicateWorker(f"worker {self.id}: fenced {self._producer_fences} times in a row by "
+                                          f"another producer with transactional id "
+                                          f"streamfl-{self.run_id}-worker-{self.id}: is a second worker running "
+                                          f"with --worker-id {self.id}? Give each worker its own id") from None
                 self.producer = self._make_producer()
 
     def _make_producer(self):
@@ -944,9 +959,14 @@ class Worker:
         log.info("worker %d joined group %s", self.id, self.topics.worker_group)
         clean = False
         try:
-            last = time.monotonic()
+            last = tick = time.monotonic()
             while True:
                 self._check_stop()
+                now = time.monotonic()
+                if now - tick > max(JOIN_POLL_MS / 1000 + 5, self.session_timeout):   # paused (SIGSTOP, VM freeze)
+                    log.info("worker %d: paused for %.0f s; not counted as a stall", self.id, now - tick)
+                    last = now
+                tick = now
                 idle = not len(self._unfinished())
                 at_barrier = bool((self.wait > 0).any())
                 try:
@@ -1046,6 +1066,9 @@ def main(argv=None) -> int:
         return 0
     except SystemExit as e:
         return int(e.code or 0)
+    except DuplicateWorker as e:
+        print(f"error: {e}", file=sys.stderr)
+        return FENCED_EXIT
     except Exception as e:
         msg = str(e)
         prefix = f"worker {args.worker_id}"
