@@ -197,14 +197,18 @@ def check_broker(bootstrap: str, timeout: float = 8.0) -> None:
         raise BrokerUnavailable(f"cannot reach a Kafka broker at {bootstrap} ({e.strerror or e}); {hint}") from None
     quiet_kafka_logs()
     from kafka import KafkaAdminClient
+    security = client_config()          # a bad setting is its own one-line error (SecurityError)
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client_config(), client_id="streamfl-probe",
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **security, client_id="streamfl-probe",
                                  request_timeout_ms=int(timeout * 1000), bootstrap_timeout_ms=int(timeout * 1000))
         try:
             admin.list_topics()
         finally:
             admin.close()
     except Exception as e:  # kafka-python raises many types here
+        if security:          # kafka-python retries a refused login until its timeout: name the settings
+            used = ", ".join(f"{k}={v}" for k, v in security.items() if "password" not in k)
+            hint = f"check the STREAMFL_KAFKA_* security settings ({used}) and the password"
         raise BrokerUnavailable(f"{bootstrap} accepts connections but did not answer as a Kafka broker "
                                 f"within {timeout:.0f} s ({type(e).__name__}); {hint}") from None
 
