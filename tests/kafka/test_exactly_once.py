@@ -83,8 +83,9 @@ def test_a_paused_worker_is_fenced_and_the_run_matches_embedded(cfg, embedded, t
     """SIGSTOP worker 1 past its session timeout: its partitions move to worker 0, which restores them from
     the changelog and goes on; on SIGCONT worker 1 acts on its stale clients, but nothing it writes for
     them is committed (its transaction is fenced), it restores what it is given anew, and the run ends
-    with the embedded numbers, every (step, client) reported once."""
-    with KafkaRun(cfg, BOOTSTRAP, workers=2, run_dir=tmp_path, timeout=60, keep_topics=True, hold_at=HOLD) as run:
+    with the embedded numbers, every (step, client) reported once. The pause (24 s) is longer than the
+    workers' stall timeout (20 s): waking up is not a stall (the zombie used to exit 1 and abort the run)."""
+    with KafkaRun(cfg, BOOTSTRAP, workers=2, run_dir=tmp_path, timeout=20, keep_topics=True, hold_at=HOLD) as run:
         run.start()
         run.wait_reported(HOLD)
         w0, w1 = (run.log_dir / "worker-0.log"), (run.log_dir / "worker-1.log")
@@ -92,11 +93,13 @@ def test_a_paused_worker_is_fenced_and_the_run_matches_embedded(cfg, embedded, t
         taken = _owned(w1)
         pid = run.workers[1].proc.pid
         os.kill(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
         try:
             run.release(HOLD + 2 * TAU)           # rounds 4 and 5 need worker 1's clients
             # ownership moves: worker 0 restores worker 1's partitions and finishes rounds 4 and 5 alone
             _wait_for(lambda: set(taken) <= set(_owned(w0)), 40, f"worker 0 to take partitions {taken}")
             run.wait_reported(HOLD + 2 * TAU)
+            time.sleep(max(0.0, 24 - (time.monotonic() - stopped)))
         finally:
             os.kill(pid, signal.SIGCONT)
         run.release()
@@ -116,6 +119,7 @@ def test_a_paused_worker_is_fenced_and_the_run_matches_embedded(cfg, embedded, t
         # it warned at most once
         assert len(re.findall(r"WARNING.*transaction aborted", log1)) <= 1
         assert "partitions" in log1 and ("lost" in log1 or "transaction aborted" in log1), log1[-2000:]
+        assert re.search(r"worker 1: paused for 2\d s; not counted as a stall", log1), log1[-2000:]
         print(f"zombie wrote {len(stale)} stale (step, client) LOSS entries, none committed")
         run.keep_topics = False
 
