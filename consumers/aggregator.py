@@ -328,7 +328,8 @@ def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, t
 
     try:
         while done < n_rounds and not should_stop():
-            for records in reader.poll(timeout_ms=100).values():
+            waiting = any(held.values())      # unproven updates: look again soon (their offsets are on the way)
+            for records in reader.poll(timeout_ms=5 if waiting else 100).values():
                 for rec in records:
                     last = time.monotonic()
                     try:
@@ -344,7 +345,7 @@ def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, t
                     else:
                         held.setdefault(msg.round, []).append((rec, msg))
             if held:
-                check.refresh()
+                check.refresh(min_age=0.005)
             for r in sorted(held):
                 waiting = []
                 for rec, msg in held[r]:
