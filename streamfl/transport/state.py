@@ -302,7 +302,7 @@ def transactional_producer(bootstrap: str, client_id: str, transactional_id: str
                              linger_ms=1, enable_idempotence=True, transactional_id=transactional_id,
                              transaction_timeout_ms=int(timeout * 1000), max_block_ms=60000,
                              bootstrap_timeout_ms=10000, reconnect_backoff_max_ms=1000, delivery_timeout_ms=120000,
-                             request_timeout_ms=15000)
+                             request_timeout_ms=15000, retry_backoff_ms=10)
     producer.init_transactions()
     return producer
 
