@@ -126,7 +126,8 @@ an owned client without progress for ``--timeout`` s is a
 :class:`WorkerError` naming what is missing: the aggregator's rejection of
 an update of the round (from the dead-letter topic), the clients whose
 update of the round is not on the updates topic, or the client and step
-whose DATA record is missing. A client whose model becomes inf or NaN stops
+whose DATA record is missing (time the process spent paused, by SIGSTOP or
+a frozen machine, is not counted). A client whose model becomes inf or NaN stops
 the worker at once with the embedded engine's divergence message (the
 update would be rejected and the round never completed).
 
