@@ -271,6 +271,7 @@ class Worker:
         self.proof: dict[int, tuple[int, list]] = {}    # partition → (round, update digests) in the offsets' metadata
         self.fences = 0             # transactions the broker refused
         self._producer_fences = 0   # producers fenced since the last successful commit
+        self.commits = 0            # transactions committed
         self._dropped = False       # set by the listener when the member lost its partitions
         # config fingerprints (streamfl.transport.spec): DATA records are checked, LOSS records carry one
         self.data_fingerprint = None if config is None else config_fingerprint(config)
@@ -443,6 +444,7 @@ class Worker:
                 self.producer.commit_transaction()
                 self._txn_open = False
                 self._producer_fences = 0
+                self.commits += 1
             except Fenced as e:
                 self._abort(str(e))
                 raise
@@ -996,7 +998,8 @@ class Worker:
             self._commit()
             self._flush("the last records")
             clean = True
-            log.info("worker %d finished: the run is complete (%d local steps%s)", self.id, self.steps_done,
+            log.info("worker %d finished: the run is complete (%d local steps, %d transactions%s)", self.id,
+                     self.steps_done, self.commits,
                      f", {self.duplicates} duplicate DATA record(s) counted once" if self.duplicates else "")
         except SystemExit:
             try:
