@@ -965,11 +965,6 @@ class Worker:
             last = tick = time.monotonic()
             while True:
                 self._check_stop()
-                now = time.monotonic()
-                if now - tick > max(JOIN_POLL_MS / 1000 + 5, self.session_timeout):   # paused (SIGSTOP, VM freeze)
-                    log.info("worker %d: paused for %.0f s; not counted as a stall", self.id, now - tick)
-                    last = now
-                tick = now
                 idle = not len(self._unfinished())
                 at_barrier = bool((self.wait > 0).any())
                 try:
@@ -984,8 +979,13 @@ class Worker:
                 except Fenced:
                     self._drop_all()
                     progressed = True
+                now = time.monotonic()
                 if progressed:
-                    last = time.monotonic()
+                    last = now
+                if now - tick > max(JOIN_POLL_MS / 1000 + 5, self.session_timeout):   # paused (SIGSTOP, VM freeze)
+                    log.info("worker %d: paused for %.0f s; not counted as a stall", self.id, now - tick)
+                    last = now
+                tick = now
                 if not len(self._unfinished()):
                     self.store.poll(0)
                     if self.store.done(self.M, self.T) and not (self.target - self.owned):
