@@ -120,7 +120,8 @@ def test_a_paused_worker_is_fenced_and_the_run_matches_embedded(cfg, embedded, t
         assert len(re.findall(r"WARNING.*transaction aborted", log1)) <= 1
         assert "partitions" in log1 and ("lost" in log1 or "transaction aborted" in log1), log1[-2000:]
         assert re.search(r"worker 1: paused for 2\d s; not counted as a stall", log1), log1[-2000:]
-        print(f"zombie wrote {len(stale)} stale (step, client) LOSS entries, none committed")
+        print(f"zombie wrote {len(stale)} stale (step, client) LOSS entries, none committed;",
+              sorted({(m.t, tuple(m.clients.tolist())) for m in written if m.worker == 1 and m.t > HOLD})[:12], taken)
         run.keep_topics = False
 
 
