@@ -21,26 +21,36 @@ the tracker serves these gauges on ``http://HOST:PORT/metrics``
 ==================================  =========================================================
 ``streamfl_regret{comparator}``     cumulative regret (nats) per comparator: ``static``,
                                     ``expected``, ``dynamic``; live values after every chunk
-                                    of steps, the exact end-of-run values once finished
+                                    of steps, the exact end-of-run values once finished. A
+                                    comparator appears once it has a value: the expected
+                                    regret of a logistic/softmax run only at the end (its
+                                    comparator needs the whole horizon)
 ``streamfl_cumulative_loss``        Σ_t network loss of FedSEA (nats)
 ``streamfl_step``                   t, steps tracked so far
 ``streamfl_rounds``                 rounds completed (all LOSS records of step rτ received)
 ``streamfl_samples_per_second``     client-samples tracked per second since the tracker started
+``streamfl_samples_per_second_now`` client-samples tracked per second over the last
+                                    ``RATE_WINDOW`` s (the current rate)
 ``streamfl_loss_consumer_lag``      LOSS records written but not yet read by the tracker
 ``streamfl_round_latency_seconds``  wall time between the tracker receiving the last LOSS
                                     record of step (r−1)τ and of step rτ for the latest round
                                     r, i.e. how long one round of τ steps takes end to end
-``streamfl_dead_letters``           records on the run's dead-letter topic (end − start offset)
+``streamfl_dead_letters``           records on the run's dead-letter topic (committed records,
+                                    counted; offsets also hold transaction markers)
 ``streamfl_finished``               1 once the summary is written, else 0
 ==================================  =========================================================
 
 Lag and dead letters are refreshed at most every 0.5 s; the others per
-received record or per chunk.
+received record or per chunk. Under ``streamfl run --metrics-port P
+--metrics-linger S`` (environment ``STREAMFL_METRICS_PORT``,
+``STREAMFL_METRICS_LINGER``) the server keeps serving the final values for S
+seconds after the summary is written.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import sys
@@ -56,7 +66,11 @@ from streamfl.runtime.header import describe_inputs
 from streamfl.runtime.sink import MetricsSink
 from streamfl.transport.format import FormatError, Loss, decode
 from streamfl.transport.spec import ConfigMismatch, check_fingerprint, config_fingerprint
-from streamfl.transport.topics import Topics, make_reader
+from streamfl.transport.state import read_to_end
+from streamfl.transport.topics import BrokerUnavailable, Topics, check_broker, make_reader
+
+
+RATE_WINDOW = 5.0          # s over which streamfl_samples_per_second_now is measured
 
 
 class TrackerError(RuntimeError):
@@ -96,15 +110,15 @@ class TrackerMetrics:
         self.step = gauge("streamfl_step", "Steps tracked so far")
         self.rounds = gauge("streamfl_rounds", "Averaging rounds whose last step the tracker has received")
         self.sps = gauge("streamfl_samples_per_second", "Client-samples tracked per second since the tracker started")
+        self.sps_now = gauge("streamfl_samples_per_second_now",
+                             f"Client-samples tracked per second over the last {RATE_WINDOW:g} s")
         self.lag = gauge("streamfl_loss_consumer_lag", "LOSS records not yet read by the tracker")
         self.round_latency = gauge("streamfl_round_latency_seconds",
                                    "Seconds between the last LOSS of step (r-1)tau and of step r*tau, latest round")
         self.dead = gauge("streamfl_dead_letters", "Records on the run's dead-letter topic")
         self.finished = gauge("streamfl_finished", "1 once the run's summary is written")
-        for g in (self.cum_loss, self.step, self.rounds, self.sps, self.lag, self.dead, self.finished):
+        for g in (self.cum_loss, self.step, self.rounds, self.sps, self.sps_now, self.lag, self.dead, self.finished):
             g.labels(run_id).set(0)
-        for c in self.COMPARATORS:
-            self.regret.labels(run_id, c).set(float("nan"))
         self.round_latency.labels(run_id).set(float("nan"))
         self.server, self.thread = start_http_server(port, addr, registry=self.registry)
 
@@ -118,10 +132,12 @@ class TrackerMetrics:
         gauge.labels(self.run_id, *labels).set(float("nan") if value is None else float(value))
 
     def set_regrets(self, regrets: dict) -> None:
-        """Set ``streamfl_regret`` from a {comparator: value} mapping."""
+        """Set ``streamfl_regret`` from a {comparator: value} mapping; a comparator without a finite value yet
+        (None or NaN) is not exported."""
         for c in self.COMPARATORS:
-            if c in regrets:
-                self.set(self.regret, regrets[c], c)
+            v = regrets.get(c)
+            if v is not None and np.isfinite(v):
+                self.set(self.regret, v, c)
 
     def close(self) -> None:
         """Stop serving (idempotent)."""
@@ -139,13 +155,24 @@ class LossAssembler:
     n_clients, n_features, n_classes : int
         M, d, K.
 
-    Steps may arrive in any order and interleaved across workers; a client
-    reported twice for the same step is an error (two workers own it).
+    Steps may arrive in any order and interleaved across workers. A client
+    reported again for the same step with the same loss and played model
+    (bit for bit: a replay after a rebalance) is counted once
+    (:attr:`duplicates`); with other values it is an error naming both
+    workers (two workers computed different numbers for one client).
+
+    Examples
+    --------
+    >>> a = LossAssembler(2, 1)
+    >>> msg = Loss(t=1, worker=0, clients=np.array([0]), losses=np.array([0.5]), played=np.zeros((1, 1, 1)))
+    >>> a.add(msg); a.add(msg); a.duplicates, a.complete(1)
+    (1, False)
     """
 
     def __init__(self, n_clients: int, n_features: int, n_classes: int = 1):
         self.M, self.d, self.K = n_clients, n_features, n_classes
         self.steps: dict[int, list] = {}
+        self.duplicates = 0        # (step, client) reports counted once
 
     def add(self, msg: Loss) -> None:
         """Store one LOSS message.
@@ -153,7 +180,8 @@ class LossAssembler:
         Raises
         ------
         TrackerError
-            Unknown client id, wrong model shape, or a client reported twice.
+            Unknown client id, wrong model shape, or a client reported twice
+            with different values.
         """
         ids = msg.clients
         if ids.size and (ids.min() < 0 or ids.max() >= self.M):
@@ -161,13 +189,24 @@ class LossAssembler:
         if msg.played.shape[1:] != (self.d, self.K):
             raise TrackerError(f"LOSS from worker {msg.worker} at step {msg.t}: models {msg.played.shape[1:]}, "
                                f"expected ({self.d}, {self.K})")
+        if len(np.unique(ids)) != len(ids):
+            raise TrackerError(f"LOSS from worker {msg.worker} at step {msg.t} names a client twice: {ids.tolist()}")
         slot = self.steps.get(msg.t)
         if slot is None:
-            slot = self.steps[msg.t] = [np.zeros(self.M), np.zeros((self.M, self.d, self.K)), np.zeros(self.M, bool)]
-        if slot[2][ids].any() or len(np.unique(ids)) != len(ids):
-            raise TrackerError(f"step {msg.t}: clients {ids[slot[2][ids]].tolist()} reported twice "
-                               f"(by worker {msg.worker} and another)")
-        slot[0][ids], slot[1][ids], slot[2][ids] = msg.losses, msg.played, True
+            slot = self.steps[msg.t] = [np.zeros(self.M), np.zeros((self.M, self.d, self.K)), np.zeros(self.M, bool),
+                                        np.full(self.M, -1)]
+        losses, played = msg.losses, msg.played
+        seen = slot[2][ids]
+        if seen.any():
+            old = ids[seen]
+            same = (slot[0][old] == losses[seen]) & (slot[1][old] == played[seen]).all(axis=(1, 2))
+            if not same.all():
+                bad = old[~same]
+                raise TrackerError(f"step {msg.t}: clients {bad.tolist()} reported twice with different values, by "
+                                   f"worker {int(slot[3][bad[0]])} and worker {msg.worker}")
+            self.duplicates += len(old)
+            ids, losses, played = ids[~seen], losses[~seen], played[~seen]
+        slot[0][ids], slot[1][ids], slot[2][ids], slot[3][ids] = losses, played, True, msg.worker
 
     def complete(self, t: int) -> bool:
         slot = self.steps.get(t)
@@ -228,6 +267,7 @@ def track(cfg, stream, bootstrap: str, run_id: str, run_dir: Path, on_chunk: Cal
     if metrics is None:
         if metrics_port is None and os.environ.get("STREAMFL_METRICS_PORT"):
             metrics_port = int(os.environ["STREAMFL_METRICS_PORT"])
+            metrics_linger = metrics_linger or float(os.environ.get("STREAMFL_METRICS_LINGER") or 0)
         if metrics_port is not None:
             try:
                 metrics = TrackerMetrics(metrics_port, run_id)
@@ -255,7 +295,8 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
     reader = make_reader(bootstrap, f"streamfl-{run_id}-tracker", topics.loss)
     started = time.perf_counter()
     tau = cfg.learner.tau
-    watch = _Watch(reader, topics, metrics, tau, M)
+    dead = _DeadCounter(bootstrap, run_id, topics)
+    watch = _Watch(reader, topics, metrics, tau, M, dead)
     try:
         last = time.monotonic()
         ready = 1                      # the first step not yet known to be complete
@@ -295,10 +336,11 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
             watch.on_chunk(tracker, time.perf_counter() - started)
             if on_chunk is not None:
                 on_chunk(tracker, stream)
-        dead_letters = _dead_letter_count(reader, topics)
+        dead_letters = dead.count()
         watch.poll(force=True)          # final lag and dead-letter count, while the reader is open
     finally:
         reader.close()
+        dead.close()
         sink.close()
     elapsed = time.perf_counter() - started
     summary = tracker.finalize()
@@ -307,7 +349,8 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
         "n_steps": tracker.state.t, "tau": tau, "rounds": 0 if tau is None else tracker.state.t // tau,
         "elapsed_seconds": elapsed, "samples_per_second": tracker.state.samples / max(elapsed, 1e-9),
         "config": json.loads(cfg.model_dump_json()), "run_dir": str(run_dir), "metrics_file": sink.path.name,
-        "gaps": {}, "dead_letters": dead_letters, "inputs": describe_inputs(cfg, stream),
+        "gaps": {}, "dead_letters": dead_letters, "duplicate_loss_reports": assembler.duplicates,
+        "inputs": describe_inputs(cfg, stream),
     })
     if extra:
         summary.update(extra)
@@ -323,27 +366,40 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
     return summary
 
 
-def _dead_letter_count(reader, topics) -> int | None:
-    """Records on the run's dead-letter topic now (None if the broker does not say)."""
-    from kafka import TopicPartition
-    tp = TopicPartition(topics.dead, 0)
-    try:
-        return int(reader.end_offsets([tp])[tp] - reader.beginning_offsets([tp])[tp])
-    except Exception:
-        return None
+class _DeadCounter:
+    """Counts the committed records of the run's dead-letter topic (workers write it in transactions, whose
+    commit markers take offsets too, so end − start offset over-counts)."""
+
+    def __init__(self, bootstrap: str, run_id: str, topics: Topics):
+        self.reader = make_reader(bootstrap, f"streamfl-{run_id}-tracker-dead", topics.dead)
+        self.topic, self.n = topics.dead, 0
+
+    def count(self, timeout: float = 10.0) -> int | None:
+        """Records on the topic now (None if it cannot be read)."""
+        def on_record(rec):
+            self.n += 1
+        try:
+            read_to_end(self.reader, self.topic, on_record, timeout)
+        except Exception:
+            return None
+        return self.n
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 class _Watch:
     """Feeds :class:`TrackerMetrics` from the tracking loop (no-op without metrics)."""
 
-    def __init__(self, reader, topics, metrics, tau, n_clients):
-        self.reader, self.topics, self.m, self.tau = reader, topics, metrics, tau
+    def __init__(self, reader, topics, metrics, tau, n_clients, dead):
+        self.reader, self.topics, self.m, self.tau, self.dead = reader, topics, metrics, tau, dead
+        self.recent = collections.deque()       # (monotonic time, samples) of recent chunks
         self.next_poll = 0.0
         self.last_round = (0, None)          # (round, monotonic time its last LOSS arrived)
         self.rounds_done = set()
         if metrics is not None:
             from kafka import TopicPartition
-            self.loss_tp, self.dead_tp = TopicPartition(topics.loss, 0), TopicPartition(topics.dead, 0)
+            self.loss_tp = TopicPartition(topics.loss, 0)
 
     def on_loss(self, assembler, t: int) -> None:
         if self.m is None or not self.tau or t % self.tau or not assembler.complete(t):
@@ -366,6 +422,13 @@ class _Watch:
         self.m.set(self.m.cum_loss, st.cum_loss.get(MAIN))
         self.m.set(self.m.step, st.t)
         self.m.set(self.m.sps, st.samples / max(elapsed, 1e-9))
+        now = time.monotonic()
+        self.recent.append((now, st.samples))
+        while len(self.recent) > 2 and now - self.recent[1][0] >= RATE_WINDOW:
+            self.recent.popleft()
+        if len(self.recent) >= 2:
+            (t0, s0), (t1, s1) = self.recent[0], self.recent[-1]
+            self.m.set(self.m.sps_now, (s1 - s0) / max(t1 - t0, 1e-9))
 
     def poll(self, force: bool = False) -> None:
         """Refresh lag and dead-letter count (broker round trip; at most every 0.5 s)."""
@@ -374,10 +437,9 @@ class _Watch:
             return
         self.next_poll = now + 0.5
         try:
-            ends = self.reader.end_offsets([self.loss_tp, self.dead_tp])
-            starts = self.reader.beginning_offsets([self.dead_tp])
+            ends = self.reader.end_offsets([self.loss_tp])
             self.m.set(self.m.lag, max(0, ends[self.loss_tp] - self.reader.position(self.loss_tp)))
-            self.m.set(self.m.dead, ends[self.dead_tp] - starts[self.dead_tp])
+            self.m.set(self.m.dead, self.dead.count(timeout=2.0))
         except Exception:      # metrics must never stop the run
             pass
 
@@ -395,6 +457,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
     undo = None
+    try:
+        check_broker(args.bootstrap)       # the same bounded check and message as every role and the CLI
+    except (BrokerUnavailable, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         from streamfl.config import dump_config
         from streamfl.runtime.experiment import build_stream, claim_run_dir

@@ -29,24 +29,61 @@ the embedded engine's arithmetic, row by row). For each step s the worker
 
 A client never passes step rτ before it has round r's global model.
 
-Checkpoint protocol
--------------------
+Exactly once: transactions and fencing
+--------------------------------------
+Everything a worker publishes — LOSS, UPDATE, STATE (checkpoints) and dead
+letters — is written in Kafka transactions (transactional id
+``streamfl-<run>-worker-<id>``), and every transaction also commits the
+consumer-group offsets of the worker's data partitions with
+``send_offsets_to_transaction(offsets, consumer.group_metadata())``. The
+broker accepts that offset commit only from a current member of the group at
+its current generation (KIP-447, the fencing Kafka Streams' exactly-once v2
+relies on; kafka-python 3.0.12 sends generation and member id in
+TxnOffsetCommit v3), so a worker that was paused past its session timeout
+(a zombie: its partitions have moved to another worker) cannot commit: its
+transaction is aborted and every ``read_committed`` reader — the tracker, the
+aggregator, the other workers' restoration — never sees what it wrote. A
+second worker started with the same id fences the first by the producer
+epoch. Transactions were chosen over checking the generation before each
+publish because only the broker knows that a member has been expelled: a
+paused process that wakes up does not know it (for about a heartbeat it
+still believes it owns its partitions), so a client-side check cannot close
+the window; the broker's check at commit time does.
+
+A transaction normally spans one round: it starts with the round's
+checkpoints, holds the LOSS records of steps (r−1)τ+1 … rτ and ends with
+the round's UPDATE (the aggregator needs it to publish GLOBAL(r), so it is
+committed at once). A transaction open for ``COMMIT_INTERVAL`` s while the
+worker waits for data is committed too (readers stop at the first open
+transaction), as is the final checkpoint. The transaction timeout is 10 s:
+the broker aborts a transaction left open longer by a frozen or dead worker.
+
+A commit that the broker refuses (generation or member stale, the producer
+fenced or its transaction timed out) aborts the transaction; the worker then
+forgets every client it held (its in-memory state is no longer what the
+topics say), rejoins the group if it was expelled, and restores whatever
+partitions it is assigned from the changelog like any new owner. It says so
+once in its log (later fences at INFO). On revocation (cooperative
+rebalance) the listener commits the open transaction before the partitions
+move, so the next owner restores from it; on loss (the member was expelled)
+it aborts it.
+
+Checkpoints
+-----------
 A checkpoint of client m at step t is a :class:`~streamfl.transport.format.ClientState`
 record (model, t, data offset, loss offset) on the state topic, key m,
-partition m mod P. It is written
+partition m mod P, written at every round boundary t = rτ right after
+GLOBAL(r) is loaded (all clients then hold the same model) and at t = T
+(also every 100 steps when τ is unset). Its data offset is one past the
+last DATA record the client learned from (never a dead-lettered one). The
+offsets committed with each transaction are the smallest checkpointed
+offset of each partition's clients; their metadata names the round and
+hashes of the UPDATEs that cover the partition's clients (the aggregator's
+proof that an update comes from the partition's owner, see
+:mod:`consumers.aggregator`).
 
-* at every round boundary t = rτ, right after GLOBAL(r) is loaded (all clients
-  then hold the same model — the natural checkpoint), and
-* at t = T (the final state; also every 100 steps when τ is unset).
-
-The worker flushes its producer (so every LOSS up to t is acknowledged),
-sends the state records, flushes again and checks that every record was
-acknowledged, and only then commits the consumer-group offsets of the data
-partitions (the smallest resume offset of each partition's clients). A failed
-commit (``CommitFailedError`` during a rebalance, a broker restart) is logged
-and ignored: the state record is the source of truth, committed offsets are
-advisory.
-
+Restoration
+-----------
 On assignment of partition p (listener → main thread) the worker pauses p,
 reads the state topic's partition p to its end (watchdog: ``--restore-timeout``
 s without progress raises :class:`~streamfl.transport.state.RestoreStalled`),
@@ -54,16 +91,25 @@ takes each client's latest checkpoint (none: zero model at t = 0, offset 0),
 scans the loss topic from the checkpoints' loss offset for steps already
 reported and the updates topic (from where the checkpoint's round ended, per
 the GLOBAL record's ``updates_offset`` header) for round contributions already
-sent, seeks p to the smallest saved offset and resumes it. Replaying from
-the checkpoint gives the same numbers (streams and training are
-deterministic); LOSS records of already reported steps and contributions
-already on the updates topic are not sent again (and the aggregator ignores
-an UPDATE whose clients it has counted).
+sent, seeks p to the smallest saved offset and resumes it. The scans wait up
+to ``SETTLE`` s for transactions open when they start (a previous owner's
+last commit), then stop at the first open one. Replaying from the
+checkpoint gives the same numbers (streams and training are deterministic);
+LOSS records of already reported steps and contributions already on the
+updates topic are not sent again. A worker given back a partition it held
+before restores it the same way: its in-memory state may be older than the
+changelog. Records fetched for a partition not (yet) restored are dropped;
+they are read again after the seek.
 
-On revocation (listener, on Kafka's IO thread) the worker flushes its producer
-— so the next owner's loss scan sees everything this worker reported — and
-the main thread then forgets the partition's clients. Records fetched for a
-partition not (yet) restored are dropped; they are read again after the seek.
+DATA records
+------------
+Client m's records must be on partition m mod P with key m, one per step, in
+step order. Per client the worker remembers the offset after the last record
+it took, so records read again after a seek are recognised. A new record
+for a step already received is a duplicate: counted and skipped when its
+bytes equal the first one's, else dead-lettered (``duplicate``; the first
+one stands). A record that skips steps is dead-lettered (``out_of_order``),
+one on the wrong partition or with the wrong key (``wrong_partition``).
 
 Liveness
 --------
@@ -77,11 +123,13 @@ with kafka-python 3.0.12 a partition paused and resumed mid-run stopped
 delivering records. A worker exits 0 once the state topic
 holds a step-T checkpoint of every client of the run (the run is complete);
 an owned client without progress for ``--timeout`` s is a
-:class:`WorkerError` naming what is missing.
-
-Not handled: zombie fencing (a worker frozen past its session timeout that
-wakes up still believes it owns its clients; Kafka Streams fences it with
-transactions, which this worker does not use).
+:class:`WorkerError` naming what is missing: the aggregator's rejection of
+an update of the round (from the dead-letter topic), the clients whose
+update of the round is not on the updates topic, or the client and step
+whose DATA record is missing (time the process spent paused, by SIGSTOP or
+a frozen machine, is not counted). A client whose model becomes inf or NaN stops
+the worker at once with the embedded engine's divergence message (the
+update would be rejected and the round never completed).
 
 Run as a process (``--worker-id`` names the member; ``--workers`` is accepted
 for compatibility and ignored — the group decides the assignment)::
@@ -96,8 +144,10 @@ import argparse
 import faulthandler
 import logging
 import os
+import hashlib
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -108,9 +158,12 @@ from streamfl.runtime.engine import MAIN, divergence_message
 from streamfl.transport.format import ClientState, Data, FormatError, Global, Loss, Update, decode, encode
 from streamfl.transport.spec import (CONFIG_HEADER, ConfigMismatch, LearnerSpec, check_fingerprint, code_origin,
                                      config_fingerprint)
-from streamfl.transport.state import (RestoreStalled, StateStore, create_state_topic, read_to_end,
-                                      resilient_producer, resilient_reader, send_states)
-from streamfl.transport.topics import FETCH_MAX_WAIT_MS, Topics, clients_of, dead_letter, key_of, quiet_kafka_logs
+from streamfl.transport.fencing import format_proof, parse_proof, update_digest
+from streamfl.transport.security import client_config
+from streamfl.transport.state import (RestoreStalled, StateStore, create_state_topic, read_to_end, resilient_reader,
+                                      send_states, transactional_producer)
+from streamfl.transport.topics import (FETCH_MAX_WAIT_MS, BrokerUnavailable, Topics, check_broker, clients_of,
+                                       dead_letter_headers, dead_letter_value, key_of, quiet_kafka_logs)
 
 log = logging.getLogger("streamfl.worker")
 
@@ -119,13 +172,38 @@ class WorkerError(RuntimeError):
     """A worker cannot continue; the message is one line for the user."""
 
 
+class Fenced(Exception):
+    """The broker refused this worker's transaction: it no longer owns what it wrote (see the module doc)."""
+
+
+class DuplicateWorker(WorkerError):
+    """Another process uses this worker's id (and so its transactional id) and keeps fencing it."""
+
+
+FENCED_EXIT = 3              # exit code of a worker stopped by DuplicateWorker
+
+
 CHECKPOINT_EVERY = 100      # steps between checkpoints when τ is unset
 # Per-client int64 state, one row per owned client: t last completed step; off data offset to resume from;
 # reported highest step on the loss topic; wait round whose GLOBAL the client waits for (0: none); ckpt step
 # of its last checkpoint; loss_from loss offset to scan from; received highest step buffered; seen steps
-# with a sample in the current round; sent highest round whose contribution is on the updates topic.
-_PER_CLIENT = ("t", "off", "reported", "wait", "ckpt", "loss_from", "received", "seen", "sent")
+# with a sample in the current round; sent highest round whose contribution is on the updates topic;
+# next_off data offset after the last record taken (records below it are re-reads after a seek).
+_PER_CLIENT = ("t", "off", "reported", "wait", "ckpt", "loss_from", "received", "seen", "sent", "next_off")
 JOIN_POLL_MS = 10000        # poll timeout while a group join is pending (see Worker._join_pending)
+COMMIT_INTERVAL = 0.1       # s an open transaction may wait for data before it is committed
+TRANSACTION_TIMEOUT = 10.0  # s after which the broker aborts a transaction left open (a frozen worker's)
+SETTLE = 3.0                # s restoration scans wait for transactions open when they start
+
+
+class _TxnSender:
+    """Adapter: ``send`` of a producer-like object that writes into the worker's open transaction."""
+
+    def __init__(self, worker):
+        self.worker = worker
+
+    def send(self, topic, value=None, key=None, partition=None, headers=None):
+        return self.worker._send(topic, value, key, partition, headers)
 
 
 class Worker:
@@ -181,8 +259,21 @@ class Worker:
         self._models: dict[int, StackedLinear] = {}
         self.stop = False
         self.rejected = 0           # DATA records sent to the dead-letter topic
+        self.duplicates = 0         # bit-identical DATA duplicates counted once
         self.dead_seen: set[tuple[int, int]] = set()   # (partition, offset) already dead-lettered
+        self.data_memo: dict[int, dict[int, bytes]] = {}   # client → step → digest of the DATA record taken
         self.steps_done = 0
+        # transactions (see the module doc): the lock orders the main thread and the rebalance listener
+        self._txn_lock = threading.RLock()
+        self._txn_open = False
+        self._txn_since = 0.0
+        self._txn_meta = None       # group metadata of the open transaction (generation, member id)
+        self.commit_offsets: dict[int, int] = {}        # partition → offset committed with each transaction
+        self.proof: dict[int, tuple[int, list]] = {}    # partition → (round, update digests) in the offsets' metadata
+        self.fences = 0             # transactions the broker refused
+        self._producer_fences = 0   # producers fenced since the last successful commit
+        self.commits = 0            # transactions committed
+        self._dropped = False       # set by the listener when the member lost its partitions
         # config fingerprints (streamfl.transport.spec): DATA records are checked, LOSS records carry one
         self.data_fingerprint = None if config is None else config_fingerprint(config)
         self.loss_headers = None if config is None else [(CONFIG_HEADER, config_fingerprint(config, learner=True))]
@@ -241,7 +332,8 @@ class Worker:
 
         session = int(self.session_timeout * 1000)
         self.consumer = KafkaConsumer(
-            bootstrap_servers=self.bootstrap, group_id=self.topics.worker_group, client_id=self.client_id,
+            bootstrap_servers=self.bootstrap, **client_config(), group_id=self.topics.worker_group,
+            client_id=self.client_id, isolation_level="read_committed",
             enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
             bootstrap_timeout_ms=10000, partition_assignment_strategy=(Assignor,),
             session_timeout_ms=session, heartbeat_interval_ms=max(500, session // 6),
@@ -254,14 +346,20 @@ class Worker:
         return TopicPartition(self.topics.data, p)
 
     def _on_revoked(self, tps, flush: bool) -> None:
+        """Revoked (``flush``): commit the open transaction, so the next owner restores from it.
+        Lost (the member was expelled): abort it — the partitions may be owned by another worker already."""
         ps = {tp.partition for tp in tps if tp.topic == self.topics.data}
-        self.target -= ps          # first: from now on the main thread sends nothing for these clients
-        self.revoked |= ps
-        if flush:
-            try:     # the next owner's scans must see everything this worker reported
-                self.producer.flush(timeout=self.timeout)
-            except Exception as e:
-                log.warning("flush on revocation failed: %s", e)
+        with self._txn_lock:
+            self.target -= ps          # first: from now on the main thread sends nothing for these clients
+            self.revoked |= ps
+            if flush:
+                try:
+                    self._commit(self.consumer.group_metadata())
+                except Fenced:
+                    self._dropped = True
+            elif ps:
+                self._abort("partitions lost")
+                self._dropped = True
         log.info("partitions %s revoked%s", sorted(ps), "" if flush else " (lost)")
 
     def _on_assigned(self, tps) -> None:
@@ -271,13 +369,23 @@ class Worker:
         log.info("partitions %s assigned", sorted(tp.partition for tp in tps))
 
     def _apply_assignment(self) -> None:
-        """Drop revoked partitions' clients, restore newly assigned ones (main thread)."""
-        target, revoked = set(self.target), set(self.revoked)
-        self.revoked -= revoked
+        """Drop revoked partitions' clients, restore newly assigned ones (main thread).
+
+        A partition revoked (or lost) and given back is restored from the
+        changelog like a new one; after a fence every partition is.
+        """
+        with self._txn_lock:
+            if self._dropped:
+                self._drop_all()
+            target, revoked = set(self.target), set(self.revoked)
+            self.revoked -= revoked
         gone, new = self.owned - target, target - self.owned
-        reset = (self.owned & target & revoked)        # eager protocol: revoked and given back
+        reset = (self.owned & target & revoked)        # revoked and given back: the changelog may be newer
         if not (gone or new or reset):
             return
+        self._commit()         # what was done so far is committed before the clients change hands
+        gone |= reset
+        new |= reset
         keep = [c for c in self.clients.tolist() if c % self.P not in gone]
         snap = self._snapshot()
         self._set_rows(keep, {n: {c: v for c, v in d.items() if c % self.P not in gone} for n, d in snap.items()})
@@ -289,15 +397,109 @@ class Worker:
             if not slot:
                 del self.pending[s]
         self.owned -= gone
-        for p in reset:       # we kept the clients: re-read from their own resume offsets
-            rows = self._partition_rows(p)
-            self.received[rows] = self.t[rows]
-            self.consumer.seek(self._tp(p), int(self.off[rows].min()) if len(rows) else 0)
-            self.consumer.resume(self._tp(p))
+        for c in [c for c in self.data_memo if c % self.P in gone]:
+            del self.data_memo[c]
+        for p in gone:
+            self.commit_offsets.pop(p, None)
+            self.proof.pop(p, None)
         if new:
             self._restore(sorted(new))
         log.info("owns partitions %s → clients %s (dropped %s, restored %s)", sorted(self.owned),
                  self.clients.tolist(), sorted(gone), sorted(new))
+
+    # ---- transactions --------------------------------------------------------------------------------
+    def _send(self, topic: str, value, key, partition: int, headers=None):
+        """Send one record inside the open transaction (begun here if none is); return its future."""
+        with self._txn_lock:
+            if not self._txn_open:
+                self.producer.begin_transaction()
+                self._txn_open, self._txn_since = True, time.monotonic()
+            return self.producer.send(topic, value=value, key=key, partition=partition, headers=headers)
+
+    def _offsets(self) -> dict:
+        from kafka import OffsetAndMetadata
+        out = {}
+        for p in sorted(self.owned | set(self.commit_offsets)):
+            if p not in self.target:
+                continue
+            r, digests = self.proof.get(p, (0, []))
+            out[self._tp(p)] = OffsetAndMetadata(int(self.commit_offsets.get(p, 0)), format_proof(r, digests), -1)
+        return out
+
+    def _commit(self, meta=None) -> None:
+        """Commit the open transaction with the data offsets (nothing to do if none is open).
+
+        ``meta`` (default: the consumer's group metadata now) is what the broker
+        checks. Raises :class:`Fenced` (after aborting) when the broker refuses.
+        """
+        with self._txn_lock:
+            if not self._txn_open:
+                return
+            meta = self.consumer.group_metadata() if meta is None else meta
+            try:
+                if meta.generation_id < 0 or not meta.member_id:
+                    raise Fenced(f"not a member of {self.topics.worker_group} (generation {meta.generation_id})")
+                offsets = self._offsets()
+                if offsets:
+                    self.producer.send_offsets_to_transaction(offsets, meta)
+                self.producer.commit_transaction()
+                self._txn_open = False
+                self._producer_fences = 0
+                self.commits += 1
+            except Fenced as e:
+                self._abort(str(e))
+                raise
+            except Exception as e:
+                self._abort(f"{type(e).__name__}: {e}")
+                raise Fenced(f"{type(e).__name__}: {e}") from None
+
+    def _abort(self, why: str) -> None:
+        """Abort the open transaction (a new producer if this one is unusable); say it once at WARNING."""
+        with self._txn_lock:
+            if not self._txn_open:
+                return
+            self._txn_open = False
+            self.fences += 1
+            (log.warning if self.fences == 1 else log.info)(
+                "worker %d: transaction aborted (%s): nothing it wrote since its last commit is visible; its "
+                "clients are restored from the changelog%s", self.id, why,
+                "" if self.fences == 1 else f" (fence {self.fences})")
+            try:
+                self.producer.abort_transaction()
+            except Exception as e:     # fenced producer or fatal state: start a new one (same transactional id)
+                log.info("abort failed (%s); new transactional producer", type(e).__name__)
+                try:
+                    self.producer.close(timeout=0)
+                except Exception:
+                    pass
+                self._producer_fences += 1
+                if self._producer_fences >= 3:   # a timed-out transaction fences once; a twin fences every time
+                    raise DuplicateWorker(f"worker {self.id}: fenced {self._producer_fences} times in a row by "
+                                          f"another producer with transactional id "
+                                          f"streamfl-{self.run_id}-worker-{self.id}: is a second worker running "
+                                          f"with --worker-id {self.id}? Give each worker its own id") from None
+                self.producer = self._make_producer()
+
+    def _make_producer(self):
+        return transactional_producer(self.bootstrap, self.client_id, f"streamfl-{self.run_id}-worker-{self.id}",
+                                      TRANSACTION_TIMEOUT)
+
+    def _drop_all(self) -> None:
+        """Forget every client (after a fence): the assigned partitions are restored from the changelog."""
+        with self._txn_lock:
+            self._dropped = False
+        if len(self.clients):
+            log.info("worker %d: dropped clients %s; rejoining the group", self.id, self.clients.tolist())
+        try:       # an expelled member learns it at its next heartbeat; ask now, before restoring anything
+            self.consumer._coordinator.request_rejoin()
+        except AttributeError:
+            pass
+        self._set_rows([], {})
+        self.pending.clear()
+        self.data_memo.clear()
+        self.owned = set()
+        self.commit_offsets.clear()
+        self.proof.clear()
 
     def _restore(self, parts: list[int]) -> None:
         """Restore the clients of ``parts`` from the state changelog, seek and resume their data partitions."""
@@ -324,15 +526,28 @@ class Worker:
             snap["reported"][c] = max(t, reported.get(c, 0))
             snap["wait"][c] = snap["seen"][c] = 0            # checkpoints are taken at round boundaries
             snap["sent"][c] = sent.get(c, 0)
+            snap["next_off"][c] = snap["off"][c]
         self._set_rows(sorted(set(self.clients.tolist()) | set(new_clients)), snap)
         for p in parts:
             rows = self._partition_rows(p)
-            self.consumer.seek(self._tp(p), int(self.off[rows].min()) if len(rows) else 0)
+            start = int(self.off[rows].min()) if len(rows) else 0
+            self.consumer.seek(self._tp(p), start)
             self.consumer.resume(self._tp(p))
             self.owned.add(p)
+            self.commit_offsets[p] = start
+            self.proof[p] = self._committed_proof(p)
         steps = sorted({(c, int(self.t[self.row[c]])) for c in new_clients}, key=lambda x: x[0])
         log.info("restored partitions %s in %.2f s: (client, step) %s, reported up to %s", parts,
                  time.monotonic() - started, steps, {c: int(self.reported[self.row[c]]) for c in new_clients})
+
+    def _committed_proof(self, p: int) -> tuple[int, list]:
+        """(round, update digests) in the metadata of partition p's committed offset (the previous owner's)."""
+        try:
+            om = self.consumer.committed(self._tp(p), metadata=True)
+        except Exception as e:
+            log.info("committed offset of partition %d unreadable (%s)", p, type(e).__name__)
+            return (0, [])
+        return parse_proof(om.metadata if om is not None else "")
 
     def _scan_dead(self, parts: set) -> None:
         """Remember which DATA records of ``parts`` are on the dead-letter topic already (headers
@@ -344,7 +559,7 @@ class Worker:
 
         reader = resilient_reader(self.bootstrap, self.client_id + "-dead", self.topics.dead)
         try:
-            read_to_end(reader, self.topics.dead, on_record, self.restore_timeout)
+            read_to_end(reader, self.topics.dead, on_record, self.restore_timeout, settle=SETTLE)
         except RestoreStalled as e:
             raise WorkerError(f"worker {self.id}: restoring: {e}") from None
         finally:
@@ -361,7 +576,7 @@ class Worker:
             on_msg(msg)
 
         try:
-            read_to_end(reader, topic, on_record, self.restore_timeout, start)
+            read_to_end(reader, topic, on_record, self.restore_timeout, start, settle=SETTLE)
         except RestoreStalled as e:
             raise WorkerError(f"worker {self.id}: restoring: {e}") from None
 
@@ -395,14 +610,17 @@ class Worker:
 
     # ---- data, globals ---------------------------------------------------------------------------------
     def _ingest(self, partition: int, rec) -> None:
-        """Store one data record (ignored unless its client is owned and the step not yet done).
+        """Store one data record (ignored unless its client is owned; see "DATA records" in the module doc).
 
         A record that is not a valid DATA record of this run — malformed
         bytes, NaN/inf values, another message type, a client id outside
-        0..M-1, or X not of shape (b, d) — is copied unchanged to the run's
+        0..M-1, X not of shape (b, d), a partition or key that is not its
+        client's, a second record for a step already received with other
+        bytes, or a skipped step — is copied unchanged to the run's
         dead-letter topic (headers ``reason``, ``source``, ``detail``), logged,
         counted in :attr:`rejected`, and skipped: the worker keeps running.
         """
+        i = None
         try:
             msg = decode(rec.value)
             if not isinstance(msg, Data):
@@ -412,19 +630,41 @@ class Worker:
             if msg.X.shape != (self.b, self.spec.n_features):
                 raise FormatError("shape_mismatch", f"X has shape {msg.X.shape}, this run's DATA records are "
                                                     f"(b, d) = ({self.b}, {self.spec.n_features})")
+            if msg.client % self.P != partition or (rec.key is not None and bytes(rec.key) != key_of(msg.client)):
+                raise FormatError("wrong_partition", f"client {msg.client}'s records go to partition "
+                                                     f"{msg.client % self.P} with key {msg.client}; this one is on "
+                                                     f"partition {partition} with key {rec.key!r}")
+            i = self.row.get(msg.client)
+            if i is None or rec.offset < self.next_off[i]:
+                return            # not ours, or read again after a seek (taken, skipped or dead-lettered before)
+            self.next_off[i] = rec.offset + 1
+            last = int(self.received[i])
+            if msg.t <= last:
+                digest = self.data_memo.get(msg.client, {}).get(msg.t)
+                if digest is not None and digest == hashlib.blake2b(bytes(rec.value), digest_size=16).digest():
+                    self.duplicates += 1
+                    log.info("worker %d: DATA of client %d step %d at partition %d offset %d repeats the record "
+                             "taken (same bytes): counted once", self.id, msg.client, msg.t, partition, rec.offset)
+                    return
+                raise FormatError("duplicate", f"client {msg.client} step {msg.t} was received already ("
+                                               + ("this record's bytes differ" if digest is not None else
+                                                  "the first record is no longer held to compare with")
+                                               + "); the first one stands")
+            if msg.t != last + 1:
+                raise FormatError("out_of_order", f"client {msg.client}: step {msg.t} after step {last} "
+                                                  f"(one record per step, in order)")
         except FormatError as e:
+            if (partition, rec.offset) in self.dead_seen:
+                return        # re-read after a rebalance: dead-lettered already (by this or the previous owner)
             self.rejected += 1
             log.warning("worker %d: rejected DATA record at partition %d offset %d -> %s: %s",
                         self.id, partition, rec.offset, self.topics.dead, e)
-            if (partition, rec.offset) in self.dead_seen:
-                return        # re-read after a rebalance: the previous owner dead-lettered it already
             self.dead_seen.add((partition, rec.offset))
-            dead_letter(self.producer, self.topics, rec.value, rec.key, e.reason, f"worker-{self.id}", e.detail,
-                        origin=(partition, rec.offset))
-            self.producer.flush(timeout=10)
-            return
-        i = self.row.get(msg.client)
-        if i is None or msg.t <= self.t[i]:
+            with self._txn_lock:
+                if partition not in self.target:
+                    return
+                self._send(self.topics.dead, dead_letter_value(rec.value), rec.key, 0,
+                           dead_letter_headers(e.reason, f"worker-{self.id}", e.detail, (partition, rec.offset)))
             return
         if self.data_fingerprint is not None:
             try:
@@ -433,7 +673,8 @@ class Worker:
             except ConfigMismatch as e:
                 raise WorkerError(f"worker {self.id}: {e}") from None
         self.pending.setdefault(msg.t, {})[msg.client] = (msg.X, msg.y, msg.present, rec.offset)
-        self.received[i] = max(self.received[i], msg.t)
+        self.received[i] = msg.t
+        self.data_memo.setdefault(msg.client, {})[msg.t] = hashlib.blake2b(bytes(rec.value), digest_size=16).digest()
 
     def _join_pending(self) -> bool:
         """True while a group (re-)join is under way; repairs kafka-python 3.0.12's lost-join state.
@@ -544,13 +785,14 @@ class Worker:
         self.t[rows] = s
         self.off[rows] = [r[3] + 1 for r in recs]
         self.steps_done += 1
-        new = (self.reported[rows] < s) & self._still_owned(rows)
-        if new.any():
-            fut = self.producer.send(self.topics.loss, key=key_of(self.id), partition=0, headers=self.loss_headers,
-                                     value=encode(Loss(t=s, worker=self.id, clients=self.clients[rows][new],
-                                                       losses=losses[new], played=played[new])))
-            self._last_loss_future = fut
-            self.reported[rows[new]] = s
+        with self._txn_lock:
+            new = (self.reported[rows] < s) & self._still_owned(rows)
+            if new.any():
+                self._last_loss_future = self._send(
+                    self.topics.loss, encode(Loss(t=s, worker=self.id, clients=self.clients[rows][new],
+                                                  losses=losses[new], played=played[new])),
+                    key_of(self.id), 0, self.loss_headers)
+                self.reported[rows[new]] = s
         self.seen[rows] += present
         if self.tau is not None and s % self.tau == 0:
             self.wait[rows] = s // self.tau
@@ -571,42 +813,61 @@ class Worker:
         if r in self.globals or (self.t < r * self.tau).any():
             return
         rows = np.flatnonzero((self.wait == r) & (self.sent < r))
-        rows = rows[self._still_owned(rows)]
         if not len(rows):
             return
         took_part = rows[self.seen[rows] > 0]
         total = self.W[took_part].sum(axis=0) if len(took_part) else np.zeros(self.shape)
-        self.producer.send(self.topics.updates, key=key_of(self.id), partition=0,
-                           value=encode(Update(round=r, worker=self.id, clients=self.clients[rows], model_sum=total,
-                                               n_participants=len(took_part))))
+        if not np.isfinite(total).all():        # the aggregator would reject it and the round never end
+            raise WorkerError(f"worker {self.id}: {divergence_message(MAIN, r * self.tau + 1)}")
+        value = encode(Update(round=r, worker=self.id, clients=self.clients[rows], model_sum=total,
+                              n_participants=len(took_part)))
+        with self._txn_lock:
+            keep = self._still_owned(rows)
+            rows = rows[keep]
+            if not len(rows):
+                return
+            if not keep.all():
+                took_part = rows[self.seen[rows] > 0]
+                total = self.W[took_part].sum(axis=0) if len(took_part) else np.zeros(self.shape)
+                value = encode(Update(round=r, worker=self.id, clients=self.clients[rows], model_sum=total,
+                                      n_participants=len(took_part)))
+            digest = update_digest(value)
+            for p in {int(c) % self.P for c in self.clients[rows]}:
+                old_r, digests = self.proof.get(p, (0, []))
+                self.proof[p] = (r, digests + [digest] if old_r == r else [digest])
+            self._send(self.topics.updates, value, key_of(self.id), 0)
+        self._commit()                           # the aggregator needs it now (Fenced: see run())
         self.sent[rows] = r
 
     def _checkpoint(self, rows: np.ndarray) -> None:
-        """Write the clients' checkpoints, wait for their acknowledgement, then commit data offsets."""
-        from kafka import OffsetAndMetadata
-        self._flush("LOSS records before a checkpoint")
-        if self._last_loss_future is not None and self._last_loss_future.succeeded():
+        """Write the clients' checkpoints into the open transaction; the data offsets committed with it follow.
+
+        Clients whose partition was revoked meanwhile are skipped (their new
+        owner restored them from the changelog).
+        """
+        if self._last_loss_future is not None and self._last_loss_future.is_done and self._last_loss_future.succeeded():
             self.last_loss_offset = max(self.last_loss_offset, self._last_loss_future.value.offset)
-        loss_off = np.maximum(self.loss_from[rows], self.last_loss_offset + 1)
-        states = [ClientState(client=int(self.clients[i]), t=int(self.t[i]), offset=int(self.off[i]),
-                              loss_offset=int(lo), model=self.W[i]) for i, lo in zip(rows, loss_off)]
-        futures = send_states(self.producer, self.run_id, self.P, states)
-        self._flush("checkpoint records")
-        failed = [f for f in futures if not f.succeeded()]
-        if failed:
-            raise WorkerError(f"worker {self.id}: {len(failed)} checkpoint record(s) were not acknowledged "
-                              f"({failed[0].exception!r})")
+        with self._txn_lock:
+            rows = rows[self._still_owned(rows)]
+            if not len(rows):
+                return
+            loss_off = np.maximum(self.loss_from[rows], self.last_loss_offset + 1)
+            states = [ClientState(client=int(self.clients[i]), t=int(self.t[i]), offset=int(self.off[i]),
+                                  loss_offset=int(lo), model=self.W[i]) for i, lo in zip(rows, loss_off)]
+            send_states(_TxnSender(self), self.run_id, self.P, states)
         self.ckpt[rows] = self.t[rows]
         self.loss_from[rows] = loss_off
-        offsets = {}
         for p in {int(c) % self.P for c in self.clients[rows]} & self.owned:
             prow = self._partition_rows(p)
-            offsets[self._tp(p)] = OffsetAndMetadata(int(self.off[prow].min()), "", -1)
-        try:
-            self.consumer.commit(offsets, timeout_ms=int(self.timeout * 1000))
-        except Exception as e:      # CommitFailedError in a rebalance, broker restarting: state is the truth
-            log.warning("offset commit after checkpoint failed (%s: %s); the state records stand",
-                        type(e).__name__, e)
+            self.commit_offsets[p] = int(self.off[prow].min())
+        keep_from = self.ckpt[rows] - 2 * self.every          # digests kept to compare later duplicates with
+        for c, k in zip(self.clients[rows].tolist(), keep_from.tolist()):
+            memo = self.data_memo.get(c)
+            if memo:
+                for step in [step for step in memo if step <= k]:
+                    del memo[step]
+        if (self.t[rows] >= self.T).any():
+            self._commit()                       # the final state: readers wait for it
 
     def _flush(self, what: str) -> None:
         try:
@@ -619,16 +880,69 @@ class Worker:
         return np.flatnonzero((self.t < self.T) | (self.wait > 0) | (self.ckpt < self.T))
 
     def _stall_message(self) -> str:
+        """The cause of a stall as far as this worker can see it: a client of its own without data first (it
+        holds back this worker's update), else the round it waits for (see :meth:`_round_diagnosis`)."""
         waiting = np.flatnonzero(self.wait > 0)
-        if len(waiting):
+        starving = np.flatnonzero((self.wait == 0) & (self.t < self.T))
+        if len(waiting) and not len(starving):
             r = int(self.wait[waiting].min())
-            return (f"worker {self.id} waited {self.timeout:.0f} s for the global model of round {r} "
-                    f"(clients {self.clients[waiting].tolist()}); the aggregator did not publish it "
-                    f"(is it running? rejected updates go to {self.topics.dead})")
-        rows = self._unfinished()
+            head = (f"worker {self.id} waited {self.timeout:.0f} s for the global model of round {r} "
+                    f"(clients {self.clients[waiting].tolist()})")
+            try:
+                return f"{head}: {self._round_diagnosis(r)}"
+            except Exception as e:          # the diagnosis reads topics; it must not hide the stall
+                log.info("round diagnosis failed: %s", e)
+                return f"{head}; the aggregator did not publish it (is it running? rejected updates go to {self.topics.dead})"
+        rows = starving if len(starving) else self._unfinished()
         i = rows[np.argmin(self.t[rows])]
-        return (f"worker {self.id}: no DATA for step {int(self.t[i]) + 1} of client {int(self.clients[i])} "
-                f"within {self.timeout:.0f} s (is the producer running?)")
+        c, s = int(self.clients[i]), int(self.t[i]) + 1
+        head = f"worker {self.id}: no DATA for step {s} of client {c} within {self.timeout:.0f} s"
+        p = c % self.P
+        try:
+            end = self.consumer.end_offsets([self._tp(p)])[self._tp(p)]
+        except Exception:
+            return f"{head} (is the producer running?)"
+        if end == 0:
+            return (f"{head}: data partition {p} is empty (no producer wrote to it; with several producers, "
+                    f"is every --share I/N running?)")
+        if end <= int(self.next_off[i]):
+            return f"{head}: data partition {p} ends at offset {end}, before that step (is its producer running?)"
+        return f"{head}: data partition {p} holds records up to offset {end} that did not arrive (broker or network?)"
+
+    def _round_diagnosis(self, r: int) -> str:
+        """Why GLOBAL(r) has not come, from what the topics hold: an update of round r the aggregator
+        rejected (and why), else the clients no committed update of round r covers, else the aggregator."""
+        rejected, covered = [], set()
+
+        def on_dead(rec):
+            h = {k: v.decode(errors="replace") for k, v in rec.headers}
+            if h.get("source") == "aggregator" and rec.value is not None:
+                try:
+                    msg = decode(rec.value)
+                except FormatError:
+                    return
+                if isinstance(msg, Update) and msg.round == r:
+                    rejected.append(f"worker {msg.worker}'s update (clients {msg.clients.tolist()}): "
+                                    f"{h.get('reason')}{': ' + h['detail'] if h.get('detail') else ''}")
+
+        def on_update(msg):
+            if isinstance(msg, Update) and msg.round == r:
+                covered.update(msg.clients.tolist())
+
+        reader = resilient_reader(self.bootstrap, self.client_id + "-diagnosis", self.topics.dead)
+        try:
+            read_to_end(reader, self.topics.dead, on_dead, 10.0)
+        finally:
+            reader.close()
+        if rejected:
+            return f"the aggregator rejected {'; '.join(rejected)} (dead-letter topic {self.topics.dead})"
+        self._scan(self.updates_reader, self.topics.updates, self.updates_from.get(r - 1, 0), on_update)
+        missing = sorted(set(range(self.M)) - covered)
+        if missing:
+            return (f"no update of round {r} covers clients {missing} (their worker is missing, stalled or "
+                    f"fenced, or their data partitions are empty)")
+        return (f"updates covering every client are on {self.topics.updates} but the aggregator did not "
+                f"publish the global model (is it running?)")
 
     kafka_debug = False
 
@@ -636,7 +950,7 @@ class Worker:
         """Run until the state topic shows every client at step T; WorkerError on failure, SystemExit(143) on SIGTERM."""
         quiet_kafka_logs()
         create_state_topic(self.bootstrap, self.run_id, self.P)
-        self.producer = resilient_producer(self.bootstrap, self.client_id)
+        self.producer = self._make_producer()
         self.global_reader = resilient_reader(self.bootstrap, self.client_id + "-global", self.topics.global_)
         self.loss_reader = resilient_reader(self.bootstrap, self.client_id + "-loss", self.topics.loss)
         self.updates_reader = resilient_reader(self.bootstrap, self.client_id + "-updates", self.topics.updates)
@@ -647,17 +961,32 @@ class Worker:
             kl.propagate = True
         self._make_consumer()
         log.info("worker %d joined group %s", self.id, self.topics.worker_group)
+        clean = False
         try:
-            last = time.monotonic()
+            last = tick = time.monotonic()
             while True:
                 self._check_stop()
                 idle = not len(self._unfinished())
                 at_barrier = bool((self.wait > 0).any())
-                self._read_data(5 if at_barrier else 20)
-                self._apply_assignment()
-                self._read_globals(20 if at_barrier else 0)
-                if self._advance():
-                    last = time.monotonic()
+                try:
+                    self._read_data(5 if at_barrier else 20)
+                    self._apply_assignment()
+                    self._read_globals(20 if at_barrier else 0)
+                    progressed = self._advance()
+                    if self._txn_open:
+                        age = time.monotonic() - self._txn_since
+                        if (age >= COMMIT_INTERVAL and not progressed) or age >= TRANSACTION_TIMEOUT / 4:
+                            self._commit()
+                except Fenced:
+                    self._drop_all()
+                    progressed = True
+                now = time.monotonic()
+                if progressed:
+                    last = now
+                if now - tick > max(JOIN_POLL_MS / 1000 + 5, self.session_timeout):   # paused (SIGSTOP, VM freeze)
+                    log.info("worker %d: paused for %.0f s; not counted as a stall", self.id, now - tick)
+                    last = now
+                tick = now
                 if not len(self._unfinished()):
                     self.store.poll(0)
                     if self.store.done(self.M, self.T) and not (self.target - self.owned):
@@ -667,9 +996,25 @@ class Worker:
                     last = time.monotonic()    # clients just arrived
                 elif time.monotonic() - last > self.timeout:
                     raise WorkerError(self._stall_message())
+            self._commit()
             self._flush("the last records")
-            log.info("worker %d finished: the run is complete (%d local steps)", self.id, self.steps_done)
+            clean = True
+            log.info("worker %d finished: the run is complete (%d local steps, %d transactions%s)", self.id,
+                     self.steps_done, self.commits,
+                     f", {self.duplicates} duplicate DATA record(s) counted once" if self.duplicates else "")
+        except SystemExit:
+            try:
+                self._commit()        # SIGTERM between steps: what was done is consistent
+                clean = True
+            except Exception:
+                pass
+            raise
         finally:
+            if not clean:
+                try:
+                    self._abort("the worker stops")
+                except Exception:
+                    pass
             for c in ("consumer", "global_reader", "loss_reader", "updates_reader"):
                 try:
                     getattr(self, c).close(autocommit=False)
@@ -683,7 +1028,8 @@ class Worker:
 
 
 def main(argv=None) -> int:
-    """Entry point; exit 0, 143 on SIGTERM, or 1 with ``error: …`` on stderr."""
+    """Entry point; exit 0, 143 on SIGTERM, 2 with ``error: …`` for an unreachable broker, or 1 with
+    ``error: worker N: …`` on stderr."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--run-id", required=True)
@@ -708,6 +1054,11 @@ def main(argv=None) -> int:
     faulthandler.register(signal.SIGUSR1)          # `kill -USR1 <pid>` dumps the threads' stacks to the log
     kafka_debug = os.environ.get("STREAMFL_KAFKA_DEBUG")   # "1": kafka-python's DEBUG log into this log
     try:
+        check_broker(args.bootstrap)       # the same bounded check and message as every role and the CLI
+    except (BrokerUnavailable, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
         from streamfl.generators.build import build_stream
         from streamfl.transport.spec import learner_spec, read_config
         cfg = read_config(args.config)
@@ -721,6 +1072,9 @@ def main(argv=None) -> int:
         return 0
     except SystemExit as e:
         return int(e.code or 0)
+    except DuplicateWorker as e:
+        print(f"error: {e}", file=sys.stderr)
+        return FENCED_EXIT
     except Exception as e:
         msg = str(e)
         prefix = f"worker {args.worker_id}"

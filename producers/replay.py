@@ -57,6 +57,7 @@ from pathlib import Path
 import numpy as np
 
 from streamfl.transport.format import Data, FormatError, decode, encode
+from streamfl.transport.security import client_config
 from streamfl.transport.topics import Topics, key_of, make_producer, partition_for, quiet_kafka_logs
 
 log = logging.getLogger("streamfl.replay")
@@ -174,7 +175,7 @@ def _source_records(bootstrap: str, topic: str, from_offset: int | None, from_ti
     merged across partitions by (ts_ms, t, partition, offset). ``msg`` is the decoded Data or None."""
     quiet_kafka_logs()
     from kafka import KafkaConsumer, TopicPartition
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_config(), client_id=client_id, group_id=None,
                              enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=50,
                              max_partition_fetch_bytes=8 << 20, bootstrap_timeout_ms=10000)
     try:
@@ -322,7 +323,7 @@ def replay_topic(bootstrap: str, source_topic: str, run_id: str, n_partitions: i
 
 def _partitions(bootstrap, topic):
     from kafka import KafkaConsumer
-    c = KafkaConsumer(bootstrap_servers=bootstrap, client_id="streamfl-replay-meta", bootstrap_timeout_ms=10000)
+    c = KafkaConsumer(bootstrap_servers=bootstrap, **client_config(), client_id="streamfl-replay-meta", bootstrap_timeout_ms=10000)
     try:
         return c.partitions_for_topic(topic) or set()
     finally:

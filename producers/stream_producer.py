@@ -24,7 +24,7 @@ import sys
 
 from streamfl.transport.format import Data, encode
 from streamfl.transport.spec import CONFIG_HEADER, code_origin
-from streamfl.transport.topics import Topics, key_of, make_producer, partition_for
+from streamfl.transport.topics import BrokerUnavailable, Topics, check_broker, key_of, make_producer, partition_for
 
 log = logging.getLogger("streamfl.producer")
 
@@ -98,6 +98,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s producer %(levelname)s %(message)s", stream=sys.stderr)
     log.info("code: %s", code_origin(__file__))
+    try:
+        check_broker(args.bootstrap)       # the same bounded check and message as every role and the CLI
+    except (BrokerUnavailable, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         from streamfl.generators.build import build_stream
         from streamfl.transport.spec import config_fingerprint, read_config

@@ -50,13 +50,14 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         workers: int = typer.Option(1, "--workers", min=1, help="With --broker: number of worker processes."),
         producers: int = typer.Option(1, "--producers", min=1, help="With --broker: number of producer processes (they share the data partitions; producing is CPU-bound)."),
         keep_topics: bool = typer.Option(False, "--keep-topics", help="With --broker: keep the run's topics on the broker (e.g. to `streamfl replay` its data topic later; the run id is in summary.json under transport.run_id)."),
-        metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535, help="With --broker: serve the tracker's Prometheus metrics on this port (e.g. 9464) during the run.")):
+        metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535, help="With --broker: serve the tracker's Prometheus metrics on this port (e.g. 9464) during the run."),
+        metrics_linger: float = typer.Option(0.0, "--metrics-linger", min=0, help="With --metrics-port: keep serving this many seconds after the summary is written (so the final regrets get scraped).")):
     """Run an experiment (embedded mode, or over Kafka with --broker) and write a run folder."""
     if broker is not None and seeds not in (None, 1):
         _fail("--seeds runs embedded; over Kafka run one seed per run (--seed)")
     if broker is not None:
         return _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep_topics, metrics_port,
-                               producers)
+                               producers, metrics_linger)
     if keep_topics or metrics_port is not None or workers != 1 or producers != 1:
         _fail("--workers, --producers, --keep-topics and --metrics-port need --broker HOST:PORT")
     try:
@@ -283,7 +284,7 @@ def _given(args: list[str], opts) -> str | None:
 
 
 def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep_topics=False, metrics_port=None,
-                    producers=1):
+                    producers=1, metrics_linger=0.0):
     """``run --broker``: FedSEA over a real Kafka broker (see :mod:`streamfl.runtime.kafka_run`)."""
     try:
         cfg = _resolve(out, config, steps, seed)
@@ -306,6 +307,7 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
             # the tracker runs in this process; it reads the port from the environment (see consumers.tracker)
             import os
             os.environ["STREAMFL_METRICS_PORT"] = str(metrics_port)
+            os.environ["STREAMFL_METRICS_LINGER"] = str(metrics_linger)
             err.print(f"metrics: http://127.0.0.1:{metrics_port}/metrics", highlight=False)
         with view:
             summary = run_kafka_experiment(cfg, broker, workers=workers, run_dir=out, on_chunk=view,

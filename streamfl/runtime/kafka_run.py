@@ -50,6 +50,7 @@ import time
 import uuid
 from pathlib import Path
 
+from ..transport.security import client_config
 from ..transport.spec import CONFIG_HEADER, config_fingerprint, kafka_unsupported
 from ..transport.state import create_state_topic, delete_state_topic, resilient_producer, resilient_reader, state_topic
 from ..transport.topics import (BrokerUnavailable, Topics, check_broker, create_topics, delete_topics, key_of,
@@ -334,7 +335,7 @@ class KafkaRun:
         quiet_kafka_logs()
         from kafka import KafkaAdminClient
         deadline = time.monotonic() + timeout
-        admin = KafkaAdminClient(bootstrap_servers=self.broker, client_id=f"streamfl-{self.run_id}-watch")
+        admin = KafkaAdminClient(bootstrap_servers=self.broker, **client_config(), client_id=f"streamfl-{self.run_id}-watch")
         try:
             while time.monotonic() < deadline:
                 self.check()

@@ -4,6 +4,12 @@
   record (DATA, LOSS, UPDATE, GLOBAL).
 * :mod:`streamfl.transport.topics` — per-run topic names, topic creation and
   the client → partition rule.
+* :mod:`streamfl.transport.state` — the workers' state changelog, and the
+  producers and readers (transactional, read-committed) the roles use.
+* :mod:`streamfl.transport.fencing` — the proof, in the workers' committed
+  offsets, that an UPDATE comes from the owner of its clients.
+* :mod:`streamfl.transport.security` — the broker's SASL/TLS settings, passed
+  to every Kafka client.
 
 The processes themselves live in the top-level packages ``producers``
 (the stream producer) and ``consumers`` (workers, aggregator, tracker); the

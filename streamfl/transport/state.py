@@ -21,19 +21,34 @@ import logging
 import time
 
 from .format import ClientState, FormatError, decode, encode
+from .security import client_config
 from .topics import FETCH_MAX_WAIT_MS, BrokerUnavailable, key_of, partition_for, quiet_kafka_logs
 
 log = logging.getLogger("streamfl.state")
 
 __all__ = ["RestoreStalled", "StateStore", "create_state_topic", "delete_state_topic", "resilient_producer",
-           "resilient_reader", "send_states", "state_topic"]
+           "resilient_reader", "send_states", "state_topic", "transactional_producer"]
 
 
 class RestoreStalled(RuntimeError):
     """Reading the state changelog made no progress in time; one-line message."""
 
 
-def read_to_end(reader, topic: str, on_record, timeout: float, start: int | None = None) -> None:
+def high_watermark(reader, tp) -> int:
+    """The end of ``tp`` including records of transactions still open (a ``read_committed`` reader's
+    ``end_offsets`` stops at the first open transaction)."""
+    from kafka.protocol.consumer import IsolationLevel
+    fetcher = reader._fetcher
+    level = fetcher._isolation_level
+    try:
+        fetcher._isolation_level = IsolationLevel.READ_UNCOMMITTED
+        return reader.end_offsets([tp])[tp]
+    finally:
+        fetcher._isolation_level = level
+
+
+def read_to_end(reader, topic: str, on_record, timeout: float, start: int | None = None,
+                settle: float = 0.0) -> None:
     """Read partition 0 of ``topic`` with ``reader`` up to its current end, calling ``on_record(rec)`` per record.
 
     Parameters
@@ -45,6 +60,10 @@ def read_to_end(reader, topic: str, on_record, timeout: float, start: int | None
         Seconds the end offset may stay unreadable, or the reading without progress.
     start : int or None
         Offset to start from (None: the reader's position).
+    settle : float
+        Also wait up to this long for transactions open at the start to end
+        (committed or aborted), so that records committed just before are
+        read too; then stop at the first transaction still open.
 
     Raises
     ------
@@ -57,6 +76,8 @@ def read_to_end(reader, topic: str, on_record, timeout: float, start: int | None
     while True:
         try:
             end = reader.end_offsets([tp])[tp]
+            if settle > 0:
+                end = max(end, high_watermark(reader, tp))
             break
         except Exception as e:
             if time.monotonic() > deadline:
@@ -66,6 +87,7 @@ def read_to_end(reader, topic: str, on_record, timeout: float, start: int | None
     if start is not None:
         reader.seek(tp, start)
     last = time.monotonic()
+    settle_until = time.monotonic() + settle
     while reader.position(tp) < end:
         got = reader.poll(timeout_ms=100)
         for records in got.values():
@@ -73,6 +95,9 @@ def read_to_end(reader, topic: str, on_record, timeout: float, start: int | None
                 on_record(rec)
         if got:
             last = time.monotonic()
+        elif settle > 0 and time.monotonic() > settle_until:      # an open transaction: stop before it
+            end = reader.end_offsets([tp])[tp]
+            settle = 0.0
         elif time.monotonic() - last > timeout:
             raise RestoreStalled(f"reading {topic} stalled at offset {reader.position(tp)} of {end} "
                                  f"({timeout:.0f} s without progress)")
@@ -98,14 +123,14 @@ def create_state_topic(bootstrap: str, run_id: str, n_partitions: int, timeout: 
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
     name = state_topic(run_id)
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"streamfl-{run_id}-admin")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client_config(), client_id=f"streamfl-{run_id}-admin")
     try:
         admin.create_topics([NewTopic(name, n_partitions, 1, topic_configs={"cleanup.policy": "compact"})])
     except TopicAlreadyExistsError:
         pass
     finally:
         admin.close()
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=f"streamfl-{run_id}-meta")
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_config(), client_id=f"streamfl-{run_id}-meta")
     try:
         deadline = time.monotonic() + timeout
         while len(consumer.partitions_for_topic(name) or ()) != n_partitions:
@@ -123,7 +148,7 @@ def delete_state_topic(bootstrap: str, run_id: str) -> None:
     quiet_kafka_logs()
     try:
         from kafka import KafkaAdminClient
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"streamfl-{run_id}-admin",
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client_config(), client_id=f"streamfl-{run_id}-admin",
                                  request_timeout_ms=10000, bootstrap_timeout_ms=5000)
         try:
             admin.delete_topics([state_topic(run_id)], raise_errors=False)
@@ -155,10 +180,10 @@ class StateStore:
         from kafka import KafkaConsumer, TopicPartition
         self.topic, self.P = state_topic(run_id), int(n_partitions)
         self.latest: dict[int, ClientState] = {}
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_config(), client_id=client_id, group_id=None,
                                       enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
                                       bootstrap_timeout_ms=10000, reconnect_backoff_max_ms=1000,
-                                      request_timeout_ms=15000)
+                                      request_timeout_ms=15000, isolation_level="read_committed")
         self.tps = [TopicPartition(self.topic, p) for p in range(self.P)]
         self.consumer.assign(self.tps)
         self.consumer.seek_to_beginning(*self.tps)
@@ -256,18 +281,45 @@ def resilient_producer(bootstrap: str, client_id: str):
     """
     quiet_kafka_logs()
     from kafka import KafkaProducer
-    return KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks="all", linger_ms=1,
+    return KafkaProducer(bootstrap_servers=bootstrap, **client_config(), client_id=client_id, acks="all", linger_ms=1,
                          enable_idempotence=True, max_block_ms=60000, bootstrap_timeout_ms=10000,
                          reconnect_backoff_max_ms=1000, delivery_timeout_ms=120000, request_timeout_ms=15000)
 
 
+def transactional_producer(bootstrap: str, client_id: str, transactional_id: str, timeout: float = 10.0):
+    """A transactional producer (Kafka's exactly-once writes), initialised and ready for ``begin_transaction``.
+
+    Like :func:`resilient_producer`, plus ``transactional_id`` (one per
+    worker: a newer producer with the same id fences an older one) and a
+    transaction timeout of ``timeout`` s: the broker aborts a transaction left
+    open longer (a frozen or dead worker's), so records of committed
+    transactions behind it become readable again (``read_committed``
+    consumers stop at the first open transaction).
+    """
+    quiet_kafka_logs()
+    from kafka import KafkaProducer
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **client_config(), client_id=client_id, acks="all",
+                             linger_ms=1, enable_idempotence=True, transactional_id=transactional_id,
+                             transaction_timeout_ms=int(timeout * 1000), max_block_ms=60000,
+                             bootstrap_timeout_ms=10000, reconnect_backoff_max_ms=1000, delivery_timeout_ms=120000,
+                             request_timeout_ms=15000, retry_backoff_ms=10)
+    producer.init_transactions()
+    return producer
+
+
 def resilient_reader(bootstrap: str, client_id: str, topic: str, partition: int = 0):
-    """A group-less reader of one partition from its beginning, reconnect backoff capped at 1 s."""
+    """A group-less reader of one partition from its beginning, reconnect backoff capped at 1 s.
+
+    It reads committed records only (``read_committed``): records of aborted
+    transactions (a fenced worker's) are never seen, and reading stops at the
+    first transaction still open.
+    """
     quiet_kafka_logs()
     from kafka import KafkaConsumer, TopicPartition
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_config(), client_id=client_id, group_id=None,
                              enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-                             bootstrap_timeout_ms=10000, reconnect_backoff_max_ms=1000, request_timeout_ms=15000)
+                             bootstrap_timeout_ms=10000, reconnect_backoff_max_ms=1000, request_timeout_ms=15000,
+                             isolation_level="read_committed")
     tp = TopicPartition(topic, partition)
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)

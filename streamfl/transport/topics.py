@@ -24,6 +24,8 @@ import socket
 import time
 from dataclasses import dataclass
 
+from .security import client_config
+
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -132,18 +134,18 @@ def make_producer(bootstrap: str, client_id: str):
     """
     quiet_kafka_logs()
     from kafka import KafkaProducer
-    return KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks="all", linger_ms=5,
+    return KafkaProducer(bootstrap_servers=bootstrap, **client_config(), client_id=client_id, acks="all", linger_ms=5,
                          batch_size=256 * 1024, enable_idempotence=True, max_block_ms=30000,
                          bootstrap_timeout_ms=10000)
 
 
 def make_reader(bootstrap: str, client_id: str, topic: str, partition: int = 0):
-    """A group-less KafkaConsumer reading one partition of ``topic`` from its beginning."""
+    """A group-less KafkaConsumer reading one partition of ``topic`` from its beginning (committed records only)."""
     quiet_kafka_logs()
     from kafka import KafkaConsumer, TopicPartition
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_config(), client_id=client_id, group_id=None,
                              enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-                             bootstrap_timeout_ms=10000)
+                             bootstrap_timeout_ms=10000, isolation_level="read_committed")
     tp = TopicPartition(topic, partition)
     consumer.assign([tp])
     consumer.seek_to_beginning(tp)
@@ -161,12 +163,24 @@ def dead_letter(producer, topics: Topics, raw: bytes, key: bytes | None, reason:
     written as headers ``partition`` and ``offset`` so that a worker that
     re-reads the record after a rebalance can tell it is already there.
     """
+    producer.send(topics.dead, value=dead_letter_value(raw), key=key, partition=0,
+                  headers=dead_letter_headers(reason, source, detail, origin))
+
+
+def dead_letter_value(raw) -> bytes | None:
+    """The value of a dead letter: the rejected record's bytes, unchanged (None for a tombstone)."""
+    return None if raw is None else bytes(raw)
+
+
+def dead_letter_headers(reason: str, source: str, detail: str | None = None,
+                        origin: tuple[int, int] | None = None) -> list:
+    """Headers of a dead letter (see :func:`dead_letter`)."""
     headers = [("reason", reason.encode()), ("source", source.encode())]
     if detail:
         headers.append(("detail", str(detail)[:1000].encode()))
     if origin is not None:
         headers += [("partition", str(origin[0]).encode()), ("offset", str(origin[1]).encode())]
-    producer.send(topics.dead, value=None if raw is None else bytes(raw), key=key, partition=0, headers=headers)
+    return headers
 
 
 def check_broker(bootstrap: str, timeout: float = 8.0) -> None:
@@ -183,14 +197,18 @@ def check_broker(bootstrap: str, timeout: float = 8.0) -> None:
         raise BrokerUnavailable(f"cannot reach a Kafka broker at {bootstrap} ({e.strerror or e}); {hint}") from None
     quiet_kafka_logs()
     from kafka import KafkaAdminClient
+    security = client_config()          # a bad setting is its own one-line error (SecurityError)
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="streamfl-probe",
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **security, client_id="streamfl-probe",
                                  request_timeout_ms=int(timeout * 1000), bootstrap_timeout_ms=int(timeout * 1000))
         try:
             admin.list_topics()
         finally:
             admin.close()
     except Exception as e:  # kafka-python raises many types here
+        if security:          # kafka-python retries a refused login until its timeout: name the settings
+            used = ", ".join(f"{k}={v}" for k, v in security.items() if "password" not in k)
+            hint = f"check the STREAMFL_KAFKA_* security settings ({used}) and the password"
         raise BrokerUnavailable(f"{bootstrap} accepts connections but did not answer as a Kafka broker "
                                 f"within {timeout:.0f} s ({type(e).__name__}); {hint}") from None
 
@@ -212,13 +230,13 @@ def create_topics(bootstrap: str, topics: Topics, n_partitions: int, timeout: fl
     quiet_kafka_logs()
     from kafka import KafkaAdminClient, KafkaConsumer
     from kafka.admin import NewTopic
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"streamfl-{topics.run_id}-admin")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client_config(), client_id=f"streamfl-{topics.run_id}-admin")
     try:
         admin.create_topics([NewTopic(topics.data, n_partitions, 1)]
                             + [NewTopic(t, 1, 1) for t in topics.all()[1:]])
     finally:
         admin.close()
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=f"streamfl-{topics.run_id}-meta")
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_config(), client_id=f"streamfl-{topics.run_id}-meta")
     try:
         want = {t: (n_partitions if t == topics.data else 1) for t in topics.all()}
         deadline = time.monotonic() + timeout
@@ -238,7 +256,7 @@ def delete_topics(bootstrap: str, topics: Topics) -> None:
     quiet_kafka_logs()
     try:
         from kafka import KafkaAdminClient
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"streamfl-{topics.run_id}-admin",
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client_config(), client_id=f"streamfl-{topics.run_id}-admin",
                                  request_timeout_ms=10000, bootstrap_timeout_ms=5000)
         try:
             admin.delete_topics(topics.all(), raise_errors=False)
@@ -273,7 +291,7 @@ def ensure_topics(bootstrap: str, topics: Topics, n_partitions: int, timeout: fl
     deadline = time.monotonic() + timeout
     tried = False
     while True:
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=f"streamfl-{topics.run_id}-meta",
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_config(), client_id=f"streamfl-{topics.run_id}-meta",
                                  bootstrap_timeout_ms=10000)
         try:
             existing = consumer.topics()

@@ -40,6 +40,27 @@ def test_unreachable_broker_is_one_line_within_15s(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("module", ["consumers.worker", "consumers.aggregator", "consumers.tracker",
+                                    "producers.stream_producer"])
+def test_a_bare_role_reports_an_unreachable_broker_like_the_cli(tmp_path, module):
+    """What `streamfl run` starts (python -m consumers.worker ...) gives the CLI's line and exit code (it took
+    31 s and said something else)."""
+    args = {"consumers.worker": ["--config", str(ROOT / "examples" / "default.yaml"), "--partitions", "8",
+                                 "--worker-id", "0"],
+            "consumers.aggregator": ["--clients", "8", "--rounds", "10"],
+            "consumers.tracker": ["--config", str(ROOT / "examples" / "default.yaml"), "--out", str(tmp_path / "t")],
+            "producers.stream_producer": ["--config", str(ROOT / "examples" / "default.yaml"), "--partitions", "8"]}
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    res = subprocess.run([sys.executable, "-m", module, "--bootstrap", "127.0.0.1:1", "--run-id", "x1",
+                          *args[module]], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert [ln for ln in res.stderr.splitlines() if ln.startswith("error:")] == [
+        "error: cannot reach a Kafka broker at 127.0.0.1:1 (Connection refused); start one with scripts/kafka-local start"]
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "t").exists()
+
+
 def _bad_records(b, d):
     """(partition, key, value, expected reason) of four bad DATA records for a run with M = P = 4."""
     from streamfl.transport.format import Data, encode
@@ -149,7 +170,11 @@ def test_bad_data_records_go_to_dead_letters_and_the_run_still_matches_embedded(
 
 
 @needs_broker
-def test_a_diverging_learner_is_named_with_its_step_over_kafka(tmp_path):
+@pytest.mark.parametrize("tau, eta, scale, step", [(10, 5.0, 3.0, None),     # the loss of a step turns inf
+                                                   (1, 1e308, 1.0, 2)])       # the model turns inf at a round end
+def test_a_diverging_learner_is_named_with_its_step_over_kafka(tmp_path, tau, eta, scale, step):
+    """Over Kafka the worker stops with the embedded message (learner, step, advice), before it sends a
+    non-finite update the aggregator would reject (the run used to wait 60 s for a global model)."""
     from streamfl.config import parse_config
     from streamfl.runtime.engine import DivergenceError
     from streamfl.runtime.experiment import run_experiment
@@ -157,16 +182,16 @@ def test_a_diverging_learner_is_named_with_its_step_over_kafka(tmp_path):
 
     cfg = parse_config({"name": "diverge", "seed": 0, "steps": 300,
                         "source": {"kind": "synthetic", "task": "least_squares", "clients": 4, "dim": 3,
-                                   "feature_scale": 3.0},
-                        "learner": {"tau": 10, "step_size": {"kind": "constant", "eta": 5.0}}, "baselines": [],
+                                   "feature_scale": scale},
+                        "learner": {"tau": tau, "step_size": {"kind": "constant", "eta": eta}}, "baselines": [],
                         "output": {"plots": False}})
     with pytest.raises(DivergenceError) as embedded:
         run_experiment(cfg, tmp_path / "embedded", plots=False)
     with pytest.raises(KafkaRunError) as kafka:
         run_kafka_experiment(cfg, BOOTSTRAP, workers=1, run_dir=tmp_path / "kafka", plots=False, timeout=30)
-    assert str(embedded.value).startswith("learner 'fedsea' diverged at step t=")
+    assert str(embedded.value).startswith("learner 'fedsea' diverged at step t=" + (str(step) if step else ""))
     assert str(embedded.value) in str(kafka.value)          # same step, same advice
-    assert "malformed" not in str(kafka.value)
+    assert "malformed" not in str(kafka.value) and "waited" not in str(kafka.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # both failed runs removed their folders (and logs)
 
 
@@ -216,3 +241,42 @@ def test_roles_with_another_config_stop_instead_of_computing_wrong_numbers(tmp_p
     finally:
         delete_topics(BOOTSTRAP, Topics(old))
         delete_state_topic(BOOTSTRAP, old)
+
+
+def _cli(*argv, cwd, timeout=120):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return subprocess.run([sys.executable, "-m", "streamfl.cli", *argv], capture_output=True, text=True,
+                          env=env, cwd=str(cwd), timeout=timeout)
+
+
+@needs_broker
+def test_a_stalled_worker_names_the_cause_it_can_see(tmp_path):
+    """Roles started by hand: with one of two producers missing, the worker names the empty partition; with
+    the data there but no aggregator, it says every client's update is on the topic and nothing was published."""
+    import uuid
+
+    from streamfl.transport.state import delete_state_topic
+    from streamfl.transport.topics import Topics, delete_topics
+
+    (tmp_path / "exp.yaml").write_text("steps: 20\nsource: {kind: synthetic, task: logistic, clients: 2, dim: 2}\n"
+                                       "learner: {tau: 5}\nbaselines: []\n")
+    for case in ("empty partition", "no aggregator"):
+        run_id = f"stall-{uuid.uuid4().hex[:8]}"
+        common = ["--broker", BOOTSTRAP, "--run-id", run_id, "--config", "exp.yaml"]
+        try:
+            share = ["--share", "0/2"] if case == "empty partition" else []
+            assert _cli("produce", *common, *share, cwd=tmp_path).returncode == 0
+            res = _cli("worker", *common, "--timeout", "5", cwd=tmp_path)
+            assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+            (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+            if case == "empty partition":
+                assert line == ("error: worker 0: no DATA for step 1 of client 1 within 5 s: data partition 1 is empty "
+                                "(no producer wrote to it; with several producers, is every --share I/N running?)")
+            else:
+                assert line == (f"error: worker 0 waited 5 s for the global model of round 1 (clients [0, 1]): "
+                                f"updates covering every client are on streamfl.{run_id}.updates but the aggregator "
+                                f"did not publish the global model (is it running?)")
+        finally:
+            delete_topics(BOOTSTRAP, Topics(run_id))
+            delete_state_topic(BOOTSTRAP, run_id)

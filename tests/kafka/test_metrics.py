@@ -25,7 +25,7 @@ from streamfl.transport.topics import Topics, delete_topics  # noqa: E402
 
 NAMES = {"streamfl_regret", "streamfl_cumulative_loss", "streamfl_step", "streamfl_rounds",
          "streamfl_samples_per_second", "streamfl_loss_consumer_lag", "streamfl_round_latency_seconds",
-         "streamfl_dead_letters", "streamfl_finished"}
+         "streamfl_dead_letters", "streamfl_finished", "streamfl_samples_per_second_now"}
 
 
 def scrape(port):
@@ -105,3 +105,51 @@ def test_tracker_serves_prometheus_metrics(tmp_path):
             if p.poll() is None:
                 p.kill()
         delete_topics(BOOTSTRAP, Topics(run_id))
+
+
+def test_streamfl_run_serves_the_final_regrets_for_its_linger(tmp_path):
+    """`streamfl run --broker --metrics-port P --metrics-linger S` as users run it: while a logistic run is
+    live its expected regret (known only at the end) is not exported at all (it was NaN), a current
+    samples/s rate is; once summary.json is written the endpoint still serves the exact final regrets."""
+    import json
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (tmp_path / "exp.yaml").write_text("seed: 4\nsteps: 400\nchunk_size: 20\nbaselines: []\n"
+                                       "source: {kind: synthetic, task: logistic, clients: 2, dim: 3}\n"
+                                       "learner: {tau: 5}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "streamfl.cli", "run", "--config", "exp.yaml", "--broker", BOOTSTRAP,
+                             "--metrics-port", str(port), "--metrics-linger", "15", "--no-live", "--no-plots",
+                             "--out", "run"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    during, after = [], None
+    try:
+        deadline = time.monotonic() + 120
+        while after is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                s = scrape(port)
+            except Exception:
+                time.sleep(0.05)
+                continue
+            if (tmp_path / "run" / "summary.json").is_file():
+                after = s if [v for (n, _), v in s.items() if n == "streamfl_finished"] == [1.0] else None
+            elif any(n == "streamfl_step" and v > 0 for (n, _), v in s.items()):
+                during.append(s)
+            time.sleep(0.05)
+        assert after is not None, proc.communicate(timeout=60)
+        summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        run_id = summary["transport"]["run_id"]
+        assert during, "no scrape saw the run in progress"
+        for s in during:
+            comparators = {dict(ls).get("comparator") for n, ls in s if n == "streamfl_regret"}
+            assert "expected" not in comparators                    # no NaN placeholder while it does not exist
+        assert any(value(s, "streamfl_samples_per_second_now", run_id=run_id) > 0 for s in during)
+        for c in ("static", "expected", "dynamic"):
+            assert value(after, "streamfl_regret", run_id=run_id, comparator=c) == pytest.approx(
+                summary[f"regret_{c}"], rel=1e-12, abs=1e-12)
+        assert value(after, "streamfl_step", run_id=run_id) == 400
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -82,21 +82,32 @@ def test_aggregator_rejects_nan_update_with_reason(caplog):
     assert reason is None and out.model.tolist() == [[2.0]] and out.n_participants == 2
 
 
-def test_aggregator_ignores_resent_clients_and_rejects_overlaps():
+def test_aggregator_counts_copies_once_and_covers_each_client_once():
     agg = RoundAggregator(3)
     assert agg.add(Update(1, 0, np.array([0, 1]), np.full((1, 1), 4.0))) is None
-    assert agg.add(Update(1, 1, np.array([1]), np.full((1, 1), 9.0))) is None      # re-sent after a rebalance
+    assert agg.add(Update(1, 0, np.array([0, 1]), np.full((1, 1), 4.0))) is None    # bit-identical copy
     assert agg.duplicates == 1
-    with pytest.raises(Rejected, match="overlapping_clients.*counted already"):
-        agg.add(Update(1, 1, np.array([1, 2]), np.zeros((1, 1))))
+    with pytest.raises(Rejected, match=r"conflicting_duplicate: round 1: worker 5's update of clients \[0, 1\] "
+                                       r"differs from worker 0's, counted first"):
+        agg.add(Update(1, 5, np.array([0, 1]), np.full((1, 1), 7.0)))
+    assert agg.add(Update(1, 1, np.array([1, 2]), np.zeros((1, 1)))) is None      # overlaps: held, not averaged
     with pytest.raises(Rejected, match="shape_mismatch"):
         agg.add(Update(1, 1, np.array([2]), np.zeros((2, 1))))
     with pytest.raises(Rejected, match="unknown_client"):
         agg.add(Update(1, 1, np.array([3]), np.zeros((1, 1))))
     out = agg.add(Update(1, 1, np.array([2]), np.full((1, 1), 2.0)))
-    assert out.round == 1 and out.model.tolist() == [[2.0]] and out.n_participants == 3
+    assert out.round == 1 and out.model.tolist() == [[2.0]] and out.n_participants == 3     # (4 + 2) / 3
+    assert agg.unused == [(1, [1, 2])]                                             # left out of the cover
     assert agg.add(Update(1, 2, np.array([2]), np.zeros((1, 1)))) is None            # round already published
-    assert agg.duplicates == 2
+    assert agg.duplicates == 3
+
+
+def test_aggregator_completes_a_round_from_a_re_sent_larger_sum():
+    """Old owner sent clients {1}; the new owner (who missed it) sends {0, 1, 2}: that alone covers the round."""
+    agg = RoundAggregator(3)
+    assert agg.add(Update(1, 0, np.array([1]), np.full((1, 1), 3.0))) is None
+    out = agg.add(Update(1, 1, np.array([0, 1, 2]), np.full((1, 1), 9.0)))
+    assert out.model.tolist() == [[3.0]] and agg.unused == [(0, [1])]
     assert handle(agg, encode(Data(t=1, client=0, X=np.ones((1, 1)), y=np.ones(1))))[1] == "not_an_update"
 
 
@@ -115,8 +126,11 @@ def test_loss_assembler():
     asm.add(Loss(1, 0, np.array([0, 2]), np.array([0.5, 2.5]), np.ones((2, 2, 1))))
     assert not asm.complete(1) and asm.missing(1) == [1]
     asm.add(Loss(1, 1, np.array([1]), np.array([1.5]), np.zeros((1, 2, 1))))
-    with pytest.raises(TrackerError, match="twice"):
-        asm.add(Loss(1, 1, np.array([1]), np.array([1.5]), np.zeros((1, 2, 1))))
+    asm.add(Loss(1, 2, np.array([1, 2]), np.array([1.5, 2.5]), np.array([[[0.0], [0.0]], [[1.0], [1.0]]])))
+    assert asm.duplicates == 2                     # a replay with the same values: counted once
+    with pytest.raises(TrackerError, match=r"step 1: clients \[1\] reported twice with different values, by "
+                                           r"worker 1 and worker 3"):
+        asm.add(Loss(1, 3, np.array([1]), np.array([1.5]), np.full((1, 2, 1), 1e-300)))
     with pytest.raises(TrackerError, match="M = 3"):
         asm.add(Loss(2, 1, np.array([3]), np.array([1.5]), np.zeros((1, 2, 1))))
     losses, played = asm.take(0, 1)
@@ -170,6 +184,7 @@ def test_worker_error_line_names_the_worker_once(tmp_path, monkeypatch, capsys):
         raise worker_mod.WorkerError("worker 3 waited 60 s for the global model of round 2")
 
     monkeypatch.setattr(worker_mod.Worker, "run", stalled)
+    monkeypatch.setattr(worker_mod, "check_broker", lambda bootstrap: None)
     monkeypatch.setattr(worker_mod.faulthandler, "register", lambda *a, **k: None)   # stderr is captured here
     args = ["--bootstrap", "127.0.0.1:1", "--run-id", "r", "--config", str(path), "--partitions", "8"]
     assert worker_mod.main(args + ["--worker-id", "3"]) == 1
