@@ -72,7 +72,7 @@ def test_lattice_error_within_the_circumradius():
 
 def test_nearest_hex_point_equals_brute_force():
     rng = np.random.default_rng(3)
-    P = rng.uniform(-12, 12, (20000, 2))
+    P = rng.uniform(-12, 12, (5000, 2))
     for a in (1.0, 0.37):
         i, j = nearest_hex_point(P * a, a)
         ii, jj = np.meshgrid(np.arange(-20, 21), np.arange(-20, 21), indexing="ij")
