@@ -43,13 +43,23 @@ def _sgd(params, loss, lr):
             p.sub_(lr * g)
 
 
-def test_uncompressed_cvfl_with_q1_equals_centralized_sgd():
+def _squared(outputs, y):
+    return ((outputs - y) ** 2).sum(dim=1)
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_uncompressed_cvfl_with_q1_equals_centralized_sgd(task):
     # b = 32 and Q = 1: every party's block gradient is the concatenated model's gradient block
     data = _problem()
+    loss = cross_entropy
+    if task == "regression":                     # 2-D float targets and a per-sample squared loss
+        loss = _squared
+        data = split_columns(np.hstack(data.parts), np.stack([data.y, 1.0 - data.y], axis=1).astype(np.float32),
+                             [[0, 1, 2], [3, 4], [5, 6, 7, 8]])
     parties, server = _models(data)
     ref_parties, ref_server = copy.deepcopy(parties), copy.deepcopy(server)
     model = CVFL(parties, server, local_iterations=1, lr=0.3, compressor=NoCompression(),
-                 server_compressor=NoCompression())
+                 server_compressor=NoCompression(), loss=loss)
     params = [p for h in ref_parties for p in h.parameters()] + list(ref_server.parameters())
     rng = np.random.default_rng(1)
     for _ in range(40):
@@ -57,7 +67,7 @@ def test_uncompressed_cvfl_with_q1_equals_centralized_sgd():
         model.step(batch)
         xs = [torch.as_tensor(x, dtype=torch.float32) for x in batch.parts]
         out = ref_server([h(x) for h, x in zip(ref_parties, xs)])
-        _sgd(params, cross_entropy(out, torch.as_tensor(batch.y)).mean(), 0.3)
+        _sgd(params, loss(out, torch.as_tensor(batch.y)).mean(), 0.3)
     gap = max(float((a - b).detach().abs().max()) for a, b in zip(model.parameters(), params))
     assert gap <= 1e-6
     moved = max(float((a - b).detach().abs().max()) for a, b in zip(model.parameters(),
