@@ -34,7 +34,7 @@ def test_reproduce_cvfl_writes_tables_plots_and_exact_bytes(tmp_path):
     for name in ("accuracy_vs_epochs", "accuracy_vs_bytes", "time_to_target"):
         assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| hexagonal lattice VQ | 2 |" in (out / "tables.md").read_text()
-    assert summary["wall_seconds"] > 0
+    assert summary["wall_seconds"] > 0 and summary["jobs_cpu_seconds"] > 0
 
 
 def test_reproduce_cvfl_refuses_bad_options_in_one_line(tmp_path):
