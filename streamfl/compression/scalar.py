@@ -22,6 +22,7 @@ def check_range(range_) -> tuple[float, float] | None:
 
 
 def check_bits(bits, low: int, high: int, name: str) -> int:
+    """``bits`` as an int in [low, high], or ValueError naming the compressor (``name``) and the value."""
     if not isinstance(bits, (int, np.integer)) or not low <= bits <= high:
         raise ValueError(f"{name} bits must be an integer in [{low}, {high}], got {bits!r}")
     return int(bits)
