@@ -21,6 +21,7 @@ Exit status 1 if a check fails. Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="results folder (default: a temporary one)")
     p.add_argument("--workers", type=int, default=2)
     args = p.parse_args(argv)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp) / "cvfl"
         s = Settings(workers=args.workers)
@@ -43,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         print((out / "tables.md").read_text())
     ok = True
     wall, cpu = summary["wall_seconds"], summary["jobs_cpu_seconds"]
-    print(f"wall time {wall:.0f} s with {s.workers} workers (limit {LIMIT_SECONDS} s); the runs took {cpu:.0f} CPU s")
+    print(f"wall time {wall:.0f} s with {s.workers} workers (limit {LIMIT_SECONDS} s); the runs took {cpu:.0f} CPU s; "
+          f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after (other work on the machine)")
     ok &= wall <= LIMIT_SECONDS
     passing = [r for r in summary["compression"] if r["bits"] in (2, 3)
                and r["byte_reduction_to_target"] >= 0.90 and r["final_within_one_std_of_uncompressed"]]
