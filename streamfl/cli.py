@@ -233,6 +233,27 @@ def default_config_cmd():
     console.print(dump_config(default_config()), highlight=False)
 
 
+reproduce_app = typer.Typer(no_args_is_help=True, help="Reproduce a paper's experiments on data available offline.")
+app.add_typer(reproduce_app, name="reproduce")
+
+
+@reproduce_app.command("cvfl")
+def reproduce_cvfl(out: Optional[Path] = typer.Option(None, "--out", help="Results folder, new or empty (default: runs/reproduce-cvfl-<timestamp>)."),
+                   seeds: int = typer.Option(5, "--seeds", min=1, help="Runs per configuration."),
+                   epochs: int = typer.Option(15, "--epochs", min=1, help="Epochs of the compression grid."),
+                   bits: list[int] = typer.Option([2, 3, 4], "--bits", help="b values of the grid, repeatable (b = 32 always runs as the baseline)."),
+                   q_max_epochs: int = typer.Option(30, "--q-max-epochs", min=1, help="Cap on the epochs of the Q/latency runs."),
+                   workers: int = typer.Option(2, "--workers", min=1, help="Processes running the jobs.")):
+    """C-VFL (Compressed-VFL, ICML 2022): compressors × b on the digits in four quadrants, and Q against latency."""
+    from .reproduce.cvfl import run_cli
+    try:
+        _check_out(out)
+        run_cli(out, console, seeds=seeds, epochs=epochs, bits=tuple(bits), q_max_epochs=q_max_epochs,
+                workers=workers)
+    except USER_ERRORS as e:
+        _fail(_message(e))
+
+
 def main():
     """The ``streamfl`` command. A usage error (bad option value, unknown or missing option) is one line
     naming the option, e.g. ``error: --seed: Input should be greater than or equal to 0 (got -1)``."""

@@ -1,0 +1,1 @@
+"""Reproductions of the papers' experiments on data available offline (``streamfl reproduce …``)."""
