@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from streamfl.aggregation.sparse import SparseRound, apply_rows, mf_fedavg
+from streamfl.aggregation.sparse import apply_rows, mf_fedavg
 from streamfl.evaluation import roc_auc
 from streamfl.generators.sparse_features import SparsePowerLawStream
 from streamfl.models.sparse_logistic import local_sgd

@@ -190,9 +190,7 @@ def test_a_federated_round_sends_only_trained_rows_and_keeps_users_local(tmp_pat
     fed = FederatedNCF(d, NCFSettings(dim=4, batch_size=8), seed=0)
     before = {k: v.detach().clone() for k, v in fed.model.named_parameters()}
     users = np.array([2, 5])
-    rng_state = np.random.default_rng(0)
-    fed.rng = rng_state
-    rs = round_samples(d, users, 4, 8, 2, np.random.default_rng(0))
+    rs = round_samples(d, users, 4, 8, 2, np.random.default_rng(0))      # what the round will draw
     fed.rng = np.random.default_rng(0)
     fed.run_round(users)
     after = dict(fed.model.named_parameters())
