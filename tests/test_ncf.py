@@ -232,3 +232,34 @@ def test_centralized_and_settings_errors(tmp_path):
         FederatedNCF(d, NCFSettings(model="mlp"), trainer="compiled")
     with pytest.raises(ValueError, match="The 'embedding_adam' setting must be 'sparse' or 'dense'"):
         NCFSettings(embedding_adam="lazy")
+
+
+# ------------------------------------------------------------------ the reproduction command, as users run it
+def test_reproduce_fedncf_command_writes_results_and_plots(tmp_path, monkeypatch):
+    import json
+    import subprocess
+    import sys
+    data = tiny_file(tmp_path, n_users=20, n_items=200, per_user=18)     # ≥ 100 test negatives per user
+    monkeypatch.chdir(tmp_path)
+    cmd = [sys.executable, "-m", "streamfl.cli", "reproduce", "fedncf", "--data", str(data), "--out", "rep",
+           "--seeds", "2", "--rounds", "2", "--epochs", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "rep" / "results.json").read_text())
+    labels = {"ItemPop", "centralized GMF", "federated GMF (MF-FedAvg)", "federated GMF (FedAvg)",
+              "federated GMF (SimpleAvg)"}
+    assert set(result["summary"]) == labels and all(v["n"] == 2 for v in result["summary"].values())
+    assert set(result["checkpoints"]["federated GMF (MF-FedAvg)"]["at_round"]) == {"2"}
+    assert "ItemPop below every learned model (HR@10)" in result["checks"]
+    assert result["data"]["users_with_tied_latest_timestamp"] == 1
+    for png in ("hr_gmf.png", "final.png"):
+        assert (tmp_path / "rep" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = (tmp_path / "rep" / "results.csv").read_text().splitlines()
+    assert rows[0].startswith("method,model,rule,seed,round,hr10,ndcg10") and len(rows) == 1 + 2 * (1 + 1 + 3 * 2)
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert again.returncode == 2 and "already holds files" in again.stderr and "Traceback" not in again.stderr
+    missing = subprocess.run(cmd[:6] + [str(tmp_path / "nope"), "--out", "rep2"], capture_output=True, text=True,
+                             timeout=120, cwd=tmp_path)
+    assert missing.returncode == 2 and "MovieLens 100K file not found" in missing.stderr
+    assert "Traceback" not in missing.stderr and not (tmp_path / "rep2").exists()
