@@ -163,7 +163,7 @@ def reproduce_fedncf(
         names = tuple(m.strip() for m in models.split(",") if m.strip())
         folder = out or Path("runs") / f"fedncf-{datetime.now():%Y%m%d-%H%M%S}"
         result = reproduce(data, folder, seeds=seeds, global_rounds=rounds, epochs=epochs, models=names,
-                           settings=NCFSettings(batch_size=batch_size), jobs=jobs, trainer=trainer,
+                           settings=NCFSettings(batch_size=batch_size, global_rounds=rounds), jobs=jobs, trainer=trainer,
                            log=lambda s: console.print(s, highlight=False, soft_wrap=True))
     except USER_ERRORS as e:
         _fail(_message(e))

@@ -147,6 +147,12 @@ def render(out: Path) -> dict:
     result["summary"] = summarise(runs)
     result["checks"] = check_orderings(result["summary"])
     result["checkpoints"] = checkpoints(runs)
+    names = [f"federated GMF ({RULE_LABELS[r]})" for r in RULES]
+    if all(n in result["checkpoints"] for n in names):
+        marks = result["checkpoints"][names[0]]["at_round"]
+        for m in marks:
+            hr = [result["checkpoints"][n]["at_round"][m][0] for n in names]
+            result["checks"][f"MF-FedAvg > FedAvg > SimpleAvg at global round {m}"] = bool(hr[0] > hr[1] > hr[2])
     (out / "results.json").write_text(json.dumps(result, indent=2))
     _write_csv(out / "results.csv", runs)
     from ..report.fedncf import plot_final, plot_gmf_curves
