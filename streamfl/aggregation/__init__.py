@@ -1,6 +1,12 @@
-"""How client models are combined: pure aggregation functions and strategies."""
+"""How client models are combined: pure aggregation functions and strategies.
+
+Dense models: :func:`weighted_average` and the :class:`Strategy` classes.
+Sparse tables (rows with ids): :mod:`streamfl.aggregation.sparse` (FedAvg,
+SimpleAvg, MF-FedAvg, FedSubAvg).
+"""
 
 from .functions import weighted_average
+from .sparse import SparseRound, SparseRows, SparseUpdate
 from .strategy import FedAvg, LocalOnly, Strategy
 
-__all__ = ["FedAvg", "LocalOnly", "Strategy", "weighted_average"]
+__all__ = ["FedAvg", "LocalOnly", "SparseRound", "SparseRows", "SparseUpdate", "Strategy", "weighted_average"]

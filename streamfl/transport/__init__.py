@@ -1,7 +1,7 @@
 """Running FedSEA over a real Apache Kafka broker.
 
 * :mod:`streamfl.transport.format` — the versioned binary wire format of every
-  record (DATA, LOSS, UPDATE, GLOBAL).
+  record (DATA, LOSS, UPDATE, GLOBAL, STATE, SPARSE_UPDATE).
 * :mod:`streamfl.transport.topics` — per-run topic names, topic creation and
   the client → partition rule.
 * :mod:`streamfl.transport.state` — the workers' state changelog, and the
@@ -20,7 +20,7 @@ The names below are loaded on first use, so that importing
 import numpy.
 """
 
-__all__ = ["Data", "FormatError", "Global", "Loss", "MsgType", "Update", "decode", "encode"]
+__all__ = ["Data", "FormatError", "Global", "Loss", "MsgType", "SparseRoundUpdate", "Update", "decode", "encode"]
 
 
 def __getattr__(name):

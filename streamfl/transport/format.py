@@ -1,11 +1,12 @@
-"""The binary wire format of every Kafka record of a streamfl run (version 2).
+"""The binary wire format of every Kafka record of a streamfl run (version 3).
 
 Every record value is one message::
 
     offset  size  field
     0       3     magic        b"SFL"
-    3       1     version      uint8, currently 2
-    4       1     type         uint8: 1 DATA, 2 LOSS, 3 UPDATE, 4 GLOBAL, 6 STATE
+    3       1     version      uint8, currently 3 (2 is still read)
+    4       1     type         uint8: 1 DATA, 2 LOSS, 3 UPDATE, 4 GLOBAL, 6 STATE,
+                               7 SPARSE_UPDATE (version 3 only)
     5       1     n_arrays     uint8, number of arrays carried
     6       ...   fields       type-specific fixed fields (below), little-endian
     ...           descriptors  per array: dtype code (uint8), ndim (uint8),
@@ -34,14 +35,28 @@ GLOBAL    round int64 (1-based),                      model float64 (d, K)
           n_participants int32 (≥ 0)
 STATE     client int32, t int64 (≥ 0),                model float64 (d, K)
           offset int64 (≥ 0), loss_offset int64 (≥ 0)
+SPARSE_   round int64 (1-based), worker int32,        clients int64 (q,), n_samples int64 (q,),
+UPDATE    table int32 (≥ 0)                           n_rows int64 (q,), ids int64 (n,),
+                                                      rows float64 (n, k), counts int64 (n,)
 ========  ==========================================  ===============================================
 
-Version history: 2 — UPDATE names the clients it sums (so that the
+SPARSE_UPDATE carries the sparse updates of q clients of one worker for one
+table of the model (``table`` numbers the model's tables; 0 for a model with
+one): client ``clients[j]`` learned from ``n_samples[j]`` samples and touched
+the ``n_rows[j]`` rows that follow the previous clients' rows (Σ n_rows = n),
+each with its id, its delta and how many of the client's samples involved it
+(the layout of :class:`~streamfl.aggregation.sparse.SparseRound`; see
+:meth:`SparseRoundUpdate.to_round`). Its size grows with the touched rows n,
+not with the table.
+
+Version history: 3 — adds SPARSE_UPDATE (type 7); the other types keep
+their version-2 layout, so version-2 records are still decoded (a version-2
+record of type 7 is refused, ``bad_type``). 2 — UPDATE names the clients it sums (so that the
 aggregator can tell a contribution re-sent after a rebalance) and how many of
 them took part in the round, GLOBAL says how many clients it averages, and
 type 5 (per-client round models) is retired; STATE (type 6) stores client
 checkpoints (:mod:`streamfl.transport.state`). A reader refuses records of
-another version (``bad_version``).
+any other version (``bad_version``).
 
 :func:`decode` validates everything and raises :class:`FormatError`, whose
 ``reason`` is one of ``null_value``, ``truncated``, ``bad_magic``, ``bad_version``,
@@ -54,7 +69,7 @@ reaches the aggregator, which rejects it with a reason.
 >>> msg = Global(round=3, model=np.array([[0.5], [-1.0]]), n_participants=8)
 >>> raw = encode(msg)
 >>> raw[:5], len(raw)
-(b'SFL\\x02\\x04', 44)
+(b'SFL\\x03\\x04', 44)
 >>> back = decode(raw)
 >>> back.round, back.model.ravel().tolist()
 (3, [0.5, -1.0])
@@ -70,7 +85,8 @@ from enum import IntEnum
 import numpy as np
 
 MAGIC = b"SFL"
-VERSION = 2
+VERSION = 3
+READABLE_VERSIONS = (2, 3)   # layouts of types 1-6 are the same in both
 
 _PREFIX = struct.Struct("<3sBBB")            # magic, version, type, n_arrays
 _DESC = struct.Struct("<BB")                 # dtype code, ndim
@@ -89,6 +105,7 @@ class MsgType(IntEnum):
     UPDATE = 3
     GLOBAL = 4
     STATE = 6         # 5 is retired (per-client round models of version 1)
+    SPARSE_UPDATE = 7  # version 3
 
 
 class FormatError(ValueError):
@@ -247,7 +264,67 @@ class ClientState:
     model: np.ndarray
 
 
-Message = Data | Loss | Update | Global | ClientState
+@dataclass
+class SparseRoundUpdate:
+    """Sparse updates of one table from q clients of a worker in round r (worker → aggregator).
+
+    The wire form of :class:`~streamfl.aggregation.sparse.SparseRound`: only
+    the rows each client touched travel, with their ids and counts, so a
+    record costs O(touched rows), not O(table). The aggregator concatenates
+    the records of a round and applies the same pure rule as the embedded
+    engine (:mod:`streamfl.aggregation.sparse`).
+
+    Attributes
+    ----------
+    round : int
+        r, 1-based.
+    worker : int
+        Sender (for logs only).
+    table : int
+        Which table of the model (0-based; 0 for a model with one sparse table).
+    clients : ndarray (q,) int64
+        Distinct client ids m ≥ 0, q ≥ 1.
+    n_samples : ndarray (q,) int64
+        Samples each client learned from in the round (≥ 0).
+    n_rows : ndarray (q,) int64
+        Rows each client touched (≥ 0); client j's rows are the block
+        after the first Σ_{i<j} n_rows[i] rows.
+    ids : ndarray (n,) int64
+        Row ids (≥ 0, distinct within one client's block).
+    rows : ndarray (n, k) float64
+        Deltas Δ (the client's row after training minus the global row).
+    counts : ndarray (n,) int64
+        Samples of the client that involved each row (≥ 0).
+    """
+
+    round: int
+    worker: int
+    table: int
+    clients: np.ndarray
+    n_samples: np.ndarray
+    n_rows: np.ndarray
+    ids: np.ndarray
+    rows: np.ndarray
+    counts: np.ndarray
+
+    @classmethod
+    def from_round(cls, r, *, round: int, worker: int, clients, table: int = 0) -> "SparseRoundUpdate":
+        """Wire form of a :class:`~streamfl.aggregation.sparse.SparseRound` whose K clients have ids ``clients``."""
+        order = np.argsort(r.client, kind="stable")
+        return cls(round=round, worker=worker, table=table, clients=np.asarray(clients, dtype=np.int64),
+                   n_samples=np.asarray(r.n_samples, dtype=np.int64),
+                   n_rows=np.bincount(r.client, minlength=r.n_clients).astype(np.int64),
+                   ids=r.ids[order], rows=r.rows[order], counts=r.counts[order])
+
+    def to_round(self):
+        """The :class:`~streamfl.aggregation.sparse.SparseRound` (client i = ``clients[i]``), validated."""
+        from ..aggregation.sparse import SparseRound
+        owner = np.repeat(np.arange(len(self.clients), dtype=np.int64), self.n_rows)
+        return SparseRound(client=owner, ids=self.ids, rows=self.rows, counts=self.counts,
+                           n_samples=self.n_samples).validate()
+
+
+Message = Data | Loss | Update | Global | ClientState | SparseRoundUpdate
 
 _FIELDS = {
     MsgType.DATA: struct.Struct("<qiB"),
@@ -255,10 +332,11 @@ _FIELDS = {
     MsgType.UPDATE: struct.Struct("<qii"),
     MsgType.GLOBAL: struct.Struct("<qi"),
     MsgType.STATE: struct.Struct("<iqqq"),
+    MsgType.SPARSE_UPDATE: struct.Struct("<qii"),
 }
 _KINDS = {int(k): k for k in MsgType}
 _ARRAY_KINDS = {MsgType.DATA: "fff", MsgType.LOSS: "iff", MsgType.UPDATE: "if", MsgType.GLOBAL: "f",
-                MsgType.STATE: "f"}        # numpy kind of each array, in order
+                MsgType.STATE: "f", MsgType.SPARSE_UPDATE: "iiiifi"}        # numpy kind of each array, in order
 _INT64 = (-(2**63), 2**63 - 1)
 _INT32 = (-(2**31), 2**31 - 1)
 
@@ -295,6 +373,22 @@ def _check_shapes(kind: MsgType, arrays: list[np.ndarray], flags: int = 0):
             raise FormatError("shape_mismatch", f"UPDATE clients must be (q,) with q ≥ 1, got {c}")
         if len(m) != 2:
             raise FormatError("shape_mismatch", f"UPDATE model_sum must be (d, K), got {m}")
+    elif kind == MsgType.SPARSE_UPDATE:
+        if len(arrays) != 6:
+            raise FormatError("shape_mismatch", f"SPARSE_UPDATE carries {len(arrays)} arrays, expected 6")
+        c, ns, nr, ids, rows, counts = shapes
+        if not (len(c) == 1 and c[0] >= 1):
+            raise FormatError("shape_mismatch", f"SPARSE_UPDATE clients must be (q,) with q ≥ 1, got {c}")
+        if ns != c or nr != c:
+            raise FormatError("shape_mismatch", f"SPARSE_UPDATE n_samples and n_rows must be {c}, got {ns} and {nr}")
+        if len(ids) != 1:
+            raise FormatError("shape_mismatch", f"SPARSE_UPDATE ids must be (n,), got {ids}")
+        if not (len(rows) == 2 and rows[0] == ids[0] and rows[1] >= 1):
+            raise FormatError("shape_mismatch", f"SPARSE_UPDATE rows must be ({ids[0]}, k) with k ≥ 1, got {rows}")
+        if counts != ids:
+            raise FormatError("shape_mismatch", f"SPARSE_UPDATE counts must be {ids}, got {counts}")
+        if int(arrays[2].sum()) != ids[0]:
+            raise FormatError("shape_mismatch", f"SPARSE_UPDATE n_rows sum to {int(arrays[2].sum())} but {ids[0]} rows are carried")
     elif kind == MsgType.LOSS:
         if len(arrays) != 3:
             raise FormatError("shape_mismatch", f"LOSS carries {len(arrays)} arrays, expected 3")
@@ -368,6 +462,15 @@ def encode(msg: Message) -> bytes:
         _check_range("n_participants", msg.n_participants, _INT32, 0)
         arrays = [_array("model", msg.model, "<f8")]
         fields = _FIELDS[kind].pack(int(msg.round), int(msg.n_participants))
+    elif isinstance(msg, SparseRoundUpdate):
+        kind, flags = MsgType.SPARSE_UPDATE, 0
+        _check_range("round", msg.round, _INT64, 1)
+        _check_range("worker", msg.worker, _INT32, 0)
+        _check_range("table", msg.table, _INT32, 0)
+        arrays = [_array("clients", msg.clients, "<i8"), _array("n_samples", msg.n_samples, "<i8"),
+                  _array("n_rows", msg.n_rows, "<i8"), _array("ids", msg.ids, "<i8"),
+                  _array("rows", msg.rows, "<f8"), _array("counts", msg.counts, "<i8")]
+        fields = _FIELDS[kind].pack(int(msg.round), int(msg.worker), int(msg.table))
     elif isinstance(msg, ClientState):
         kind, flags = MsgType.STATE, 0
         _check_range("client", msg.client, _INT32, 0)
@@ -377,8 +480,8 @@ def encode(msg: Message) -> bytes:
         arrays = [_array("model", msg.model, "<f8")]
         fields = _FIELDS[kind].pack(int(msg.client), int(msg.t), int(msg.offset), int(msg.loss_offset))
     else:
-        raise TypeError(f"encode() takes a Data, Loss, Update, Global or ClientState message, "
-                        f"got {type(msg).__name__}")
+        raise TypeError(f"encode() takes a Data, Loss, Update, Global, ClientState or SparseRoundUpdate "
+                        f"message, got {type(msg).__name__}")
     _check_shapes(kind, arrays, flags)
     parts = [_PREFIX.pack(MAGIC, VERSION, int(kind), len(arrays)), fields]
     for a in arrays:
@@ -395,14 +498,15 @@ def decode(raw: bytes) -> Message:
 
     Returns
     -------
-    Data, Loss, Update, Global or ClientState
+    Data, Loss, Update, Global, ClientState or SparseRoundUpdate
         Arrays are fresh, writable, native-endian copies.
 
     Raises
     ------
     FormatError
         With ``reason``: ``null_value`` (a record without a value), ``truncated`` (shorter than its header or arrays say),
-        ``bad_magic``, ``bad_version`` (not 1), ``bad_type``, ``bad_dtype``
+        ``bad_magic``, ``bad_version`` (not 2 or 3), ``bad_type`` (unknown, or
+        SPARSE_UPDATE in a version-2 record), ``bad_dtype``
         (unknown dtype code), ``bad_field`` (step/round/client/count out of
         range), ``shape_mismatch`` (arrays inconsistent with each other or the
         type), ``non_finite`` (NaN or ±inf in a float array),
@@ -420,11 +524,14 @@ def decode(raw: bytes) -> Message:
     if n < _PREFIX.size:
         raise FormatError("truncated", f"{n} bytes is shorter than the {_PREFIX.size}-byte prefix")
     _, version, type_byte, n_arrays = _PREFIX.unpack_from(buf, 0)
-    if version != VERSION:
-        raise FormatError("bad_version", f"version {version} is not supported (this reader speaks {VERSION})")
+    if version not in READABLE_VERSIONS:
+        raise FormatError("bad_version", f"version {version} is not supported (this reader speaks "
+                                         f"{' and '.join(map(str, READABLE_VERSIONS))})")
     kind = _KINDS.get(type_byte)
     if kind is None:
         raise FormatError("bad_type", f"unknown message type {type_byte}")
+    if kind == MsgType.SPARSE_UPDATE and version < 3:
+        raise FormatError("bad_type", f"message type {type_byte} (SPARSE_UPDATE) needs version 3, the record says {version}")
     pos = _PREFIX.size
     fs = _FIELDS[kind]
     if n < pos + fs.size:
@@ -500,6 +607,24 @@ def decode(raw: bytes) -> Message:
         if not 0 <= count <= len(arrays[0]):
             raise FormatError("bad_field", f"UPDATE n_participants must be in [0, {len(arrays[0])}], got {count}")
         return Update(round=r, worker=worker, clients=arrays[0], model_sum=arrays[1], n_participants=count)
+    if kind == MsgType.SPARSE_UPDATE:
+        r, worker, table = fields
+        clients, n_samples, n_rows, ids, rows, counts = arrays
+        if r < 1:
+            raise FormatError("bad_field", f"SPARSE_UPDATE round must be ≥ 1, got {r}")
+        if worker < 0 or table < 0:
+            raise FormatError("bad_field", f"SPARSE_UPDATE worker and table must be ≥ 0, got {worker} and {table}")
+        if (clients < 0).any() or len(np.unique(clients)) != len(clients):
+            raise FormatError("bad_field", "SPARSE_UPDATE client ids must be ≥ 0 and distinct")
+        for name, a in (("n_samples", n_samples), ("n_rows", n_rows), ("ids", ids), ("counts", counts)):
+            if (a < 0).any():
+                raise FormatError("bad_field", f"SPARSE_UPDATE {name} must be ≥ 0, got {int(a.min())}")
+        owner = np.repeat(np.arange(len(clients)), n_rows)
+        order = np.lexsort((ids, owner))
+        if ((owner[order][1:] == owner[order][:-1]) & (ids[order][1:] == ids[order][:-1])).any():
+            raise FormatError("bad_field", "SPARSE_UPDATE ids must be distinct within each client's rows")
+        return SparseRoundUpdate(round=r, worker=worker, table=table, clients=clients, n_samples=n_samples,
+                                 n_rows=n_rows, ids=ids, rows=rows, counts=counts)
     if kind == MsgType.STATE:
         client, t, offset, loss_offset = fields
         if not (client >= 0 and t >= 0 and offset >= 0 and loss_offset >= 0):

@@ -5,7 +5,9 @@ import struct
 import numpy as np
 import pytest
 
-from streamfl.transport.format import (MAGIC, Data, FormatError, Global, Loss, MsgType, Update, decode, encode)
+from streamfl.aggregation.sparse import SparseRound, SparseUpdate, mf_fedavg
+from streamfl.transport.format import (MAGIC, Data, FormatError, Global, Loss, MsgType, SparseRoundUpdate, Update,
+                                       decode, encode)
 
 rng = np.random.default_rng(0)
 
@@ -29,6 +31,12 @@ MESSAGES = [
          played=rng.standard_normal((3, 4, 2))),
     Update(round=3, worker=1, clients=np.array([5, 2]), model_sum=rng.standard_normal((4, 1)), n_participants=1),
     Global(round=12, model=np.array([[np.nextafter(1.0, 2.0)], [-0.0], [5e-324]]), n_participants=3),
+    SparseRoundUpdate(round=4, worker=1, table=2, clients=np.array([9, 3, 5]), n_samples=np.array([10, 0, 7]),
+                      n_rows=np.array([2, 0, 1]), ids=np.array([10**12, 4, 4]), rows=rng.standard_normal((3, 12)),
+                      counts=np.array([3, 1, 0])),
+    SparseRoundUpdate(round=1, worker=0, table=0, clients=np.array([0]), n_samples=np.array([5]),
+                      n_rows=np.array([0]), ids=np.zeros(0, np.int64), rows=np.zeros((0, 4)),
+                      counts=np.zeros(0, np.int64)),
 ]
 
 
@@ -42,7 +50,7 @@ def test_round_trip_is_exact(msg):
 
 def test_header_layout():
     raw = encode(Update(round=5, worker=3, clients=np.array([4, 7]), model_sum=np.zeros((2, 1)), n_participants=2))
-    assert raw[:3] == MAGIC and raw[3] == 2 and raw[4] == MsgType.UPDATE and raw[5] == 2
+    assert raw[:3] == MAGIC and raw[3] == 3 and raw[4] == MsgType.UPDATE and raw[5] == 2
     assert struct.unpack_from("<qii", raw, 6) == (5, 3, 2)
     assert struct.unpack_from("<BBI", raw, 22) == (2, 1, 2)          # int64, 1-D, (2,)
     assert struct.unpack_from("<BBII", raw, 28) == (1, 2, 2, 1)     # float64, 2-D, (2, 1)
@@ -77,7 +85,24 @@ def test_wrong_magic():
 
 def test_wrong_version():
     assert _reason(GOOD[:3] + bytes([1]) + GOOD[4:]) == "bad_version"      # version 1 records are refused
-    assert _reason(GOOD[:3] + bytes([3]) + GOOD[4:]) == "bad_version"
+    assert _reason(GOOD[:3] + bytes([4]) + GOOD[4:]) == "bad_version"
+    with pytest.raises(FormatError, match="version 4 is not supported \\(this reader speaks 2 and 3\\)"):
+        decode(GOOD[:3] + bytes([4]) + GOOD[4:])
+
+
+@pytest.mark.parametrize("msg", [m for m in MESSAGES if not isinstance(m, SparseRoundUpdate)],
+                         ids=lambda m: type(m).__name__)
+def test_version_2_records_are_still_decoded(msg):
+    raw = encode(msg)
+    assert raw[3] == 3
+    _same(msg, decode(raw[:3] + bytes([2]) + raw[4:]))     # types 1-6 kept their version-2 layout
+
+
+def test_sparse_update_needs_version_3():
+    raw = encode(MESSAGES[-1])
+    with pytest.raises(FormatError, match="type 7 \\(SPARSE_UPDATE\\) needs version 3, the record says 2") as info:
+        decode(raw[:3] + bytes([2]) + raw[4:])
+    assert info.value.reason == "bad_type"
 
 
 def test_unknown_type():
@@ -156,3 +181,60 @@ def test_encode_rejects_other_objects():
 
 def test_a_record_without_value_is_refused_with_a_reason():
     assert _reason(None) == "null_value"                    # a Kafka tombstone: no bytes at all
+
+
+SPARSE = SparseRoundUpdate(round=2, worker=0, table=0, clients=np.array([7, 8]), n_samples=np.array([150, 170]),
+                           n_rows=np.array([1, 1]), ids=np.array([0, 5]), rows=np.array([[0.007], [0.5]]),
+                           counts=np.array([1, 2]))
+
+
+def test_sparse_update_layout_and_size_grows_with_touched_rows_only():
+    raw = encode(SPARSE)
+    assert raw[:6] == MAGIC + bytes([3, MsgType.SPARSE_UPDATE, 6])
+    assert struct.unpack_from("<qii", raw, 6) == (2, 0, 0)
+    descriptors = 5 * (2 + 4) + (2 + 8)                     # five 1-D arrays and one 2-D array
+    assert len(raw) == 6 + 16 + descriptors + 8 * (2 + 2 + 2 + 2 + 2 + 2)
+    wider = SparseRoundUpdate(round=2, worker=0, table=0, clients=np.array([7]), n_samples=np.array([1]),
+                              n_rows=np.array([3]), ids=np.array([1, 2, 10**9]), rows=np.ones((3, 1)),
+                              counts=np.ones(3, np.int64))
+    assert len(encode(wider)) - 6 - 16 - descriptors == 8 * (1 + 1 + 1 + 3 + 3 + 3)    # ids up to 1e9 cost nothing more
+
+
+def test_sparse_update_round_trip_through_the_aggregation_round():
+    """The worker's SparseRound → record → aggregator's SparseRound gives the same rule output (FedNCF's example)."""
+    r = SparseRound.from_updates([
+        SparseUpdate(ids=np.array([5, 0]), rows=np.array([[0.5], [0.007]]), counts=np.array([2, 1]), n_samples=150),
+        SparseUpdate(ids=np.array([], dtype=np.int64), rows=np.zeros((0, 1)), counts=np.array([], dtype=np.int64),
+                     n_samples=170)])
+    msg = SparseRoundUpdate.from_round(r, round=3, worker=1, clients=[11, 12])
+    back = decode(encode(msg))
+    assert back.n_rows.tolist() == [2, 0] and back.clients.tolist() == [11, 12]
+    r2 = back.to_round()
+    assert np.array_equal(mf_fedavg(r2).rows, mf_fedavg(r).rows)
+    assert 0.04 + mf_fedavg(r2).rows[0, 0] == pytest.approx(0.047, abs=1e-15)
+
+
+def _sparse_raw(**change):
+    fields = dict(vars(SPARSE))
+    fields.update(change)
+    return encode(SparseRoundUpdate(**fields))
+
+
+def test_malformed_sparse_updates_are_refused_with_a_reason():
+    with pytest.raises(FormatError, match="n_rows sum to 3 but 2 rows are carried") as info:
+        _sparse_raw(n_rows=np.array([1, 2]))
+    assert info.value.reason == "shape_mismatch"
+    with pytest.raises(FormatError, match="SPARSE_UPDATE counts must be \\(2,\\), got \\(1,\\)"):
+        _sparse_raw(counts=np.array([1]))
+    with pytest.raises(FormatError, match="rows must be \\(2, k\\) with k ≥ 1"):
+        _sparse_raw(rows=np.zeros((2, 0)))
+    assert _reason(_sparse_raw(ids=np.array([-1, 5]))) == "bad_field"
+    assert _reason(_sparse_raw(counts=np.array([1, -2]))) == "bad_field"
+    assert _reason(_sparse_raw(clients=np.array([7, 7]))) == "bad_field"
+    assert _reason(_sparse_raw(n_rows=np.array([2, 0]), ids=np.array([5, 5]))) == "bad_field"   # one client, row 5 twice
+    _same(decode(_sparse_raw(n_rows=np.array([1, 1]), ids=np.array([5, 5]))),     # two clients may share a row
+          SparseRoundUpdate(**{**vars(SPARSE), "ids": np.array([5, 5])}))
+    assert _reason(_sparse_raw(rows=np.array([[np.nan], [0.0]]))) == "non_finite"
+    raw = bytearray(encode(SPARSE))
+    struct.pack_into("<i", raw, 18, -1)                    # table
+    assert _reason(bytes(raw)) == "bad_field"
