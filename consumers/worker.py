@@ -409,12 +409,22 @@ class Worker:
 
     # ---- transactions --------------------------------------------------------------------------------
     def _send(self, topic: str, value, key, partition: int, headers=None):
-        """Send one record inside the open transaction (begun here if none is); return its future."""
+        """Send one record inside the open transaction (begun here if none is); return its future.
+
+        Raises :class:`Fenced` (after aborting) when the producer cannot send: a
+        producer with the same transactional id fenced it, or its transaction failed.
+        """
+        from kafka.errors import KafkaError
         with self._txn_lock:
-            if not self._txn_open:
-                self.producer.begin_transaction()
-                self._txn_open, self._txn_since = True, time.monotonic()
-            return self.producer.send(topic, value=value, key=key, partition=partition, headers=headers)
+            try:
+                if not self._txn_open:
+                    self._txn_open, self._txn_since = True, time.monotonic()   # so a failure below is aborted
+                    self.producer.begin_transaction()
+                return self.producer.send(topic, value=value, key=key, partition=partition, headers=headers)
+            except KafkaError as e:    # e.g. fenced by a producer with the same transactional id (a twin)
+                why = str(e) if str(e).startswith(type(e).__name__) else f"{type(e).__name__}: {e}"
+                self._abort(why)
+                raise Fenced(why) from None
 
     def _offsets(self) -> dict:
         from kafka import OffsetAndMetadata

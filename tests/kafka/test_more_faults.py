@@ -1,0 +1,83 @@
+"""More faults over a real broker: a DATA record near the broker's size limit, a truncated DATA record,
+a second worker started with an id already in use, and a stray member in the workers' consumer group.
+Each ends with the numbers of the no-fault embedded run (to 1e-9) or a one-line error naming the cause.
+
+Skipped unless ``STREAMFL_KAFKA`` names the bootstrap address. Same config as ``test_faults.py``.
+"""
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+BOOTSTRAP = os.environ.get("STREAMFL_KAFKA")
+if not BOOTSTRAP:
+    pytest.skip("STREAMFL_KAFKA is not set: start a broker with scripts/kafka-local start", allow_module_level=True)
+
+from test_exactly_once import _dead, _owned, _wait_for  # noqa: E402
+import test_faults  # noqa: E402
+from test_faults import HOLD, _assert_same  # noqa: E402
+
+cfg, embedded = test_faults.cfg, test_faults.embedded       # the fixtures of test_faults.py
+
+from streamfl.runtime.kafka_run import KafkaRun  # noqa: E402
+from streamfl.transport.format import Data, encode  # noqa: E402
+from streamfl.transport.topics import key_of  # noqa: E402
+
+
+def test_huge_and_truncated_data_records_are_dead_lettered(cfg, embedded, tmp_path):
+    """A DATA record just under the broker's 1 MiB limit (X of the wrong shape) and the first half of a
+    genuine record are dead-lettered unchanged (shape_mismatch, truncated) and the run matches embedded."""
+    with KafkaRun(cfg, BOOTSTRAP, workers=2, run_dir=tmp_path, timeout=30, keep_topics=True, hold_at=HOLD) as run:
+        run.start()
+        run.wait_reported(HOLD)
+        chunk = next(run.stream.chunks(cfg.chunk_size))
+        i = HOLD
+        genuine = encode(Data(t=HOLD + 1, client=1, X=chunk.X[i, 1], y=chunk.y[i, 1], present=True,
+                              optimum=None if chunk.optimum is None else chunk.optimum[i, 1]))
+        n = (1048588 - 400) // 8           # just under the broker's default message.max.bytes
+        huge = encode(Data(t=HOLD + 1, client=0, X=np.zeros((1, n)), y=np.zeros(1), present=True))
+        truncated = genuine[: len(genuine) // 2]
+        from kafka import KafkaProducer
+        p = KafkaProducer(bootstrap_servers=BOOTSTRAP, max_request_size=4 << 20)
+        p.send(run.topics.data, value=huge, key=key_of(0), partition=0).get(timeout=30)
+        p.send(run.topics.data, value=truncated, key=key_of(1), partition=1).get(timeout=30)
+        p.close(timeout=10)
+        _wait_for(lambda: len(_dead(run)) >= 2, 30, "two dead letters")
+        run.release()
+        summary = run.track()
+        _assert_same(run, summary, embedded)
+        dead = _dead(run)
+        assert sorted(h["reason"] for h, _ in dead) == ["shape_mismatch", "truncated"]
+        assert {bytes(v) for _, v in dead} == {huge, truncated}
+        assert summary["dead_letters"] == 2
+        run.keep_topics = False
+
+
+def test_a_second_worker_with_the_same_id(cfg, embedded, tmp_path):
+    """A worker started with --worker-id 0 while worker 0 runs: both use one transactional id, so each new
+    producer fences the other's. A fenced worker aborts, drops its clients and restores from the changelog
+    (it used to exit 1 with a raw ProducerFencedError and abort the run); one fenced three times in a row
+    stops with exit 3 naming the id clash, which the run tolerates. The numbers equal the embedded run's."""
+    with KafkaRun(cfg, BOOTSTRAP, workers=2, run_dir=tmp_path, timeout=30, keep_topics=True, hold_at=HOLD) as run:
+        run.start()
+        run.wait_reported(HOLD)
+        from streamfl.runtime.kafka_run import _Child
+        run.workers.append(_Child("worker-twin", "consumers.worker",
+                                  run.common + ["--config", str(run.config_path), "--partitions", str(run.P),
+                                                "--worker-id", "0", "--timeout", str(run.timeout),
+                                                "--session-timeout", str(run.session_timeout)], run.log_dir))
+        _wait_for(lambda: _owned(run.log_dir / "worker-twin.log"), 40, "the twin's assignment")
+        time.sleep(2)
+        run.release()
+        summary = run.track()
+        _assert_same(run, summary, embedded)
+        codes = [w.proc.poll() for w in run.workers]
+        assert set(codes) <= {None, 0, 3}, codes            # a fenced twin stops with exit 3, tolerated
+        logs = "".join(p.read_text() for p in run.log_dir.glob("worker-*.log"))
+        assert "ProducerFenced" in logs, logs[-3000:]        # the twins did fence each other
+        assert "Traceback" not in logs
+        if 3 in codes:
+            assert "is a second worker running with --worker-id 0?" in logs
+        run.keep_topics = False
