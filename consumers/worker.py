@@ -949,10 +949,44 @@ class Worker:
         self._scan(self.updates_reader, self.topics.updates, self.updates_from.get(r - 1, 0), on_update)
         missing = sorted(set(range(self.M)) - covered)
         if missing:
-            return (f"no update of round {r} covers clients {missing} (their worker is missing, stalled or "
-                    f"fenced, or their data partitions are empty)")
+            return (f"no update of round {r} covers clients {missing} ("
+                    + (self._holders(sorted({c % self.P for c in missing})) or
+                       "their worker is missing, stalled or fenced, or their data partitions are empty") + ")")
         return (f"updates covering every client are on {self.topics.updates} but the aggregator did not "
                 f"publish the global model (is it running?)")
+
+    def _holders(self, parts: list[int]) -> str:
+        """Who the workers' group gives ``parts`` to, from the broker's group description: names a member
+        that is not a worker of this run (client id other than ``streamfl-<run>-worker-<id>``, e.g. a
+        stray consumer that joined the group) and partitions no member holds; "" if unreadable."""
+        from kafka import KafkaAdminClient
+
+        from streamfl.runtime.kafka_run import _assigned_partitions
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, **client_config(),
+                                     client_id=self.client_id + "-diagnosis", request_timeout_ms=10000)
+            try:
+                g = admin.describe_groups([self.topics.worker_group])[self.topics.worker_group]
+            finally:
+                admin.close()
+        except Exception as e:
+            log.info("group description unreadable: %s", e)
+            return ""
+        prefix = f"streamfl-{self.run_id}-worker-"
+        held, out = set(), []
+        for mem in g.get("members") or []:
+            ps = sorted(_assigned_partitions(mem, self.topics.data) & set(parts))
+            held.update(ps)
+            cid = str(mem.get("client_id") or "")
+            if ps and not cid.startswith(prefix):
+                out.append(f"partitions {ps} are assigned to member {cid!r} at {mem.get('client_host')} of group "
+                           f"{self.topics.worker_group}, which is not a worker of this run (client id not "
+                           f"{prefix}<id>): stop that consumer")
+            elif ps:
+                out.append(f"partitions {ps} are held by {cid}, which sent no update")
+        if set(parts) - held:
+            out.append(f"no member of {self.topics.worker_group} holds partitions {sorted(set(parts) - held)}")
+        return "; ".join(out)
 
     kafka_debug = False
 

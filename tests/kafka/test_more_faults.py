@@ -81,3 +81,44 @@ def test_a_second_worker_with_the_same_id(cfg, embedded, tmp_path):
         if 3 in codes:
             assert "is a second worker running with --worker-id 0?" in logs
         run.keep_topics = False
+
+
+def test_a_stray_member_of_the_workers_group(cfg, tmp_path):
+    """A plain consumer that joins the workers' group mid-run (a stale or mistyped --group, an operator's
+    console consumer) takes a partition and never trains its client: the run cannot finish, and the
+    workers' stall message names that member and the partition, not a guess."""
+    import threading
+
+    from kafka import KafkaConsumer
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+
+    from streamfl.runtime.kafka_run import KafkaRunError
+    with KafkaRun(cfg, BOOTSTRAP, workers=2, run_dir=tmp_path, timeout=20, hold_at=HOLD) as run:
+        run.start()
+        run.wait_reported(HOLD)
+        stop = []
+        stray = KafkaConsumer(bootstrap_servers=BOOTSTRAP, group_id=run.topics.worker_group,
+                              client_id="stray", enable_auto_commit=False,
+                              partition_assignment_strategy=(CooperativeStickyAssignor,))
+        stray.subscribe([run.topics.data])
+
+        def spin():
+            while not stop:
+                stray.poll(timeout_ms=200)
+        th = threading.Thread(target=spin)
+        th.start()
+        try:
+            time.sleep(8)
+            owned = {tp.partition for tp in stray.assignment()}
+            assert owned, "the stray consumer got no partition"
+            run.release()
+            with pytest.raises(KafkaRunError) as e:
+                run.track()
+        finally:
+            stop.append(1)
+            th.join(10)
+            stray.close()
+        logs = "".join(p.read_text() for p in run.log_dir.glob("worker-*.log"))
+        want = (f"partitions {sorted(owned)} are assigned to member 'stray' at /127.0.0.1 of group "
+                f"{run.topics.worker_group}, which is not a worker of this run")
+        assert want in logs, (str(e.value), logs[-2000:])
