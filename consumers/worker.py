@@ -726,8 +726,15 @@ class Worker:
             for rec in records:
                 try:
                     msg = decode(rec.value)
-                except FormatError as e:
-                    raise WorkerError(f"worker {self.id}: malformed GLOBAL record at offset {rec.offset}: {e}") from None
+                    if not isinstance(msg, Global):
+                        raise FormatError("bad_type", f"a {type(msg).__name__} record on the global topic")
+                    if msg.model.shape != self.shape:
+                        raise FormatError("shape_mismatch", f"model of shape {msg.model.shape}, this run's is "
+                                                            f"{self.shape}")
+                except FormatError as e:     # a stray writer's record: skipped (the aggregator's records stand)
+                    log.warning("worker %d: skipped a record at offset %d of %s that is not a GLOBAL of this run: "
+                                "%s", self.id, rec.offset, self.topics.global_, e)
+                    continue
                 if isinstance(msg, Global):
                     self.globals.setdefault(msg.round, msg)
                     hdr = dict(rec.headers or ()).get(UPDATES_OFFSET)

@@ -9,6 +9,7 @@ import os
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 
 BOOTSTRAP = os.environ.get("STREAMFL_KAFKA")
@@ -17,7 +18,7 @@ if not BOOTSTRAP:
 
 from test_exactly_once import _dead, _owned, _wait_for  # noqa: E402
 import test_faults  # noqa: E402
-from test_faults import HOLD, _assert_same  # noqa: E402
+from test_faults import COLUMNS, HOLD, M, _assert_same  # noqa: E402
 
 cfg, embedded = test_faults.cfg, test_faults.embedded       # the fixtures of test_faults.py
 
@@ -122,3 +123,40 @@ def test_a_stray_member_of_the_workers_group(cfg, tmp_path):
         want = (f"partitions {sorted(owned)} are assigned to member 'stray' at /127.0.0.1 of group "
                 f"{run.topics.worker_group}, which is not a worker of this run")
         assert want in logs, (str(e.value), logs[-2000:])
+
+
+def test_stray_records_on_the_loss_and_global_topics_do_not_end_the_run(cfg, embedded, tmp_path):
+    """Garbage bytes and a LOSS naming client 99 on the loss topic, garbage and a GLOBAL of the wrong shape
+    on the global topic (a stray writer): they used to end the run (the tracker's or every worker's
+    'malformed ... record' error). The tracker dead-letters the loss-topic records with their reason, the
+    workers skip the global-topic ones with a warning, and the run ends with the embedded numbers."""
+    from streamfl.transport.format import Global, Loss
+    with KafkaRun(cfg, BOOTSTRAP, workers=2, run_dir=tmp_path, timeout=30, keep_topics=True, hold_at=HOLD) as run:
+        run.start()
+        run.wait_reported(HOLD)
+        loss_bad = [b"not a record", encode(Loss(HOLD + 1, 0, np.array([99]), np.array([0.5]), np.zeros((1, 3, 1))))]
+        global_bad = [b"\x00garbage", encode(Global(round=4, model=np.zeros((5, 1)), n_participants=M))]
+        from kafka import KafkaProducer
+        p = KafkaProducer(bootstrap_servers=BOOTSTRAP)
+        for v in loss_bad:
+            p.send(run.topics.loss, value=v, partition=0).get(timeout=30)
+        for v in global_bad:
+            p.send(run.topics.global_, value=v, partition=0).get(timeout=30)
+        p.close(timeout=10)
+        run.release()
+        summary = run.track()
+        want_summary, want = embedded       # the loss topic holds the stray records: compare the numbers
+        got = pd.read_parquet(run.run_dir / "metrics.parquet")
+        for col in COLUMNS:
+            np.testing.assert_allclose(got[col].to_numpy(), want[col].to_numpy(), rtol=0, atol=1e-9, err_msg=col)
+        for key in ("regret_static", "regret_expected", "regret_dynamic"):
+            assert summary[key] == pytest.approx(want_summary[key], abs=1e-9)
+        assert summary["samples"] == want_summary["samples"] and summary["duplicate_loss_reports"] == 0
+        dead = _dead(run)
+        assert sorted((h["source"], h["reason"]) for h, _ in dead) == [("tracker", "bad_field"),
+                                                                        ("tracker", "bad_magic")]
+        assert {bytes(v) for _, v in dead} == set(loss_bad)
+        assert summary["dead_letters"] == 2
+        logs = "".join(p.read_text() for p in run.log_dir.glob("worker-*.log"))
+        assert logs.count("that is not a GLOBAL of this run") == 2 * len(global_bad), logs[-3000:]
+        run.keep_topics = False
