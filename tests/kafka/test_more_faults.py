@@ -160,3 +160,33 @@ def test_stray_records_on_the_loss_and_global_topics_do_not_end_the_run(cfg, emb
         logs = "".join(p.read_text() for p in run.log_dir.glob("worker-*.log"))
         assert logs.count("that is not a GLOBAL of this run") == 2 * len(global_bad), logs[-3000:]
         run.keep_topics = False
+
+
+def test_a_record_that_skips_steps_is_dead_lettered_once(cfg, embedded, tmp_path):
+    """A well-formed DATA record of client 0 for step 20 while the stream is held at step 17 skips steps 18
+    and 19: it is dead-lettered (out_of_order) and the genuine steps are learned. The owner of client 0 is
+    then SIGKILLed; its successor replays the partition over that record and does not dead-letter it again.
+    The numbers equal the embedded run's."""
+    with KafkaRun(cfg, BOOTSTRAP, workers=2, run_dir=tmp_path, timeout=45, keep_topics=True, hold_at=HOLD) as run:
+        run.start()
+        run.wait_reported(HOLD)
+        owners = {i: _owned(run.log_dir / f"worker-{i}.log") for i in (0, 1)}
+        killed = next(i for i, ps in owners.items() if 0 in ps)
+        chunk = next(run.stream.chunks(cfg.chunk_size))
+        i = HOLD + 2
+        skip = encode(Data(t=HOLD + 3, client=0, X=chunk.X[i, 0], y=chunk.y[i, 0], present=True,
+                           optimum=None if chunk.optimum is None else chunk.optimum[i, 0]))
+        from kafka import KafkaProducer
+        p = KafkaProducer(bootstrap_servers=BOOTSTRAP)
+        p.send(run.topics.data, value=skip, key=key_of(0), partition=0).get(timeout=30)
+        p.close(timeout=10)
+        _wait_for(lambda: len(_dead(run)) >= 1, 30, "the dead letter")
+        run.kill_worker(killed)          # its successor restores from the step-15 checkpoint, before that record
+        run.release()
+        summary = run.track()
+        _assert_same(run, summary, embedded)
+        dead = _dead(run)
+        assert [(h["reason"], bytes(v)) for h, v in dead] == [("out_of_order", skip)]
+        assert "step 20 after step 17" in dead[0][0]["detail"]
+        assert summary["dead_letters"] == 1
+        run.keep_topics = False
