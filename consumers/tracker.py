@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import logging
 import os
 import sys
 import time
@@ -70,7 +71,16 @@ from streamfl.transport.state import read_to_end
 from streamfl.transport.topics import BrokerUnavailable, Topics, check_broker, make_reader
 
 
+log = logging.getLogger("streamfl.tracker")
 RATE_WINDOW = 5.0          # s over which streamfl_samples_per_second_now is measured
+
+
+class BadLoss(ValueError):
+    """A record on the loss topic that is not a valid LOSS record of this run (dead-lettered, not fatal)."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
 
 
 class TrackerError(RuntimeError):
@@ -179,18 +189,22 @@ class LossAssembler:
 
         Raises
         ------
+        BadLoss
+            Unknown client id, wrong model shape, or a client named twice in
+            one record (nothing is stored; the caller dead-letters the record).
         TrackerError
-            Unknown client id, wrong model shape, or a client reported twice
-            with different values.
+            A client reported twice with different values.
         """
         ids = msg.clients
         if ids.size and (ids.min() < 0 or ids.max() >= self.M):
-            raise TrackerError(f"LOSS from worker {msg.worker} at step {msg.t} names clients {ids.tolist()} (M = {self.M})")
+            raise BadLoss("bad_field", f"LOSS from worker {msg.worker} at step {msg.t} names clients {ids.tolist()} "
+                                       f"(M = {self.M})")
         if msg.played.shape[1:] != (self.d, self.K):
-            raise TrackerError(f"LOSS from worker {msg.worker} at step {msg.t}: models {msg.played.shape[1:]}, "
-                               f"expected ({self.d}, {self.K})")
+            raise BadLoss("shape_mismatch", f"LOSS from worker {msg.worker} at step {msg.t}: models "
+                                            f"{msg.played.shape[1:]}, expected ({self.d}, {self.K})")
         if len(np.unique(ids)) != len(ids):
-            raise TrackerError(f"LOSS from worker {msg.worker} at step {msg.t} names a client twice: {ids.tolist()}")
+            raise BadLoss("bad_field", f"LOSS from worker {msg.worker} at step {msg.t} names a client twice: "
+                                       f"{ids.tolist()}")
         slot = self.steps.get(msg.t)
         if slot is None:
             slot = self.steps[msg.t] = [np.zeros(self.M), np.zeros((self.M, self.d, self.K)), np.zeros(self.M, bool),
@@ -296,6 +310,7 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
     started = time.perf_counter()
     tau = cfg.learner.tau
     dead = _DeadCounter(bootstrap, run_id, topics)
+    rejects = _Rejects(bootstrap, run_id, topics)
     watch = _Watch(reader, topics, metrics, tau, M, dead)
     try:
         last = time.monotonic()
@@ -312,15 +327,17 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
                     for rec in records:
                         try:
                             msg = decode(rec.value)
-                        except FormatError as e:
-                            raise TrackerError(f"malformed LOSS record at offset {rec.offset}: {e}") from None
-                        if not isinstance(msg, Loss):
-                            raise TrackerError(f"a {type(msg).__name__} record on the loss topic (offset {rec.offset})")
-                        try:
-                            check_fingerprint(rec.headers, fingerprint, f"the LOSS record at offset {rec.offset}")
-                        except ConfigMismatch as e:
-                            raise TrackerError(str(e)) from None
-                        assembler.add(msg)
+                            if not isinstance(msg, Loss):
+                                raise BadLoss("not_loss", f"a {type(msg).__name__} record on the loss topic")
+                            try:
+                                check_fingerprint(rec.headers, fingerprint, f"the LOSS record at offset {rec.offset}")
+                            except ConfigMismatch as e:
+                                raise TrackerError(str(e)) from None
+                            assembler.add(msg)
+                        except (FormatError, BadLoss) as e:     # a stray or broken writer must not end the run
+                            rejects.send(rec, e.reason, e.detail)
+                            got = True
+                            continue
                         watch.on_loss(assembler, msg.t)
                         got = True
                 if got:
@@ -340,6 +357,7 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
         watch.poll(force=True)          # final lag and dead-letter count, while the reader is open
     finally:
         reader.close()
+        rejects.close()
         dead.close()
         sink.close()
     elapsed = time.perf_counter() - started
@@ -364,6 +382,28 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
         metrics.set(metrics.sps, summary["samples_per_second"])
         metrics.set(metrics.finished, 1)
     return summary
+
+
+class _Rejects:
+    """Sends records of the loss topic that are not valid LOSS records of this run to the dead-letter topic
+    (unchanged, headers ``reason``, ``source`` = tracker, ``detail``, ``partition``/``offset``) and logs them."""
+
+    def __init__(self, bootstrap: str, run_id: str, topics: Topics):
+        self.bootstrap, self.run_id, self.topics, self.producer = bootstrap, run_id, topics, None
+
+    def send(self, rec, reason: str, detail: str) -> None:
+        from streamfl.transport.state import resilient_producer
+        from streamfl.transport.topics import dead_letter
+        log.warning("rejected LOSS record at offset %d -> %s: %s: %s", rec.offset, self.topics.dead, reason, detail)
+        if self.producer is None:
+            self.producer = resilient_producer(self.bootstrap, f"streamfl-{self.run_id}-tracker-dead")
+        dead_letter(self.producer, self.topics, rec.value, rec.key, reason, "tracker", detail,
+                    origin=(rec.partition, rec.offset))
+        self.producer.flush(timeout=30)
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.close(timeout=10)
 
 
 class _DeadCounter:

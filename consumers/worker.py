@@ -409,12 +409,22 @@ class Worker:
 
     # ---- transactions --------------------------------------------------------------------------------
     def _send(self, topic: str, value, key, partition: int, headers=None):
-        """Send one record inside the open transaction (begun here if none is); return its future."""
+        """Send one record inside the open transaction (begun here if none is); return its future.
+
+        Raises :class:`Fenced` (after aborting) when the producer cannot send: a
+        producer with the same transactional id fenced it, or its transaction failed.
+        """
+        from kafka.errors import KafkaError
         with self._txn_lock:
-            if not self._txn_open:
-                self.producer.begin_transaction()
-                self._txn_open, self._txn_since = True, time.monotonic()
-            return self.producer.send(topic, value=value, key=key, partition=partition, headers=headers)
+            try:
+                if not self._txn_open:
+                    self._txn_open, self._txn_since = True, time.monotonic()   # so a failure below is aborted
+                    self.producer.begin_transaction()
+                return self.producer.send(topic, value=value, key=key, partition=partition, headers=headers)
+            except KafkaError as e:    # e.g. fenced by a producer with the same transactional id (a twin)
+                why = str(e) if str(e).startswith(type(e).__name__) else f"{type(e).__name__}: {e}"
+                self._abort(why)
+                raise Fenced(why) from None
 
     def _offsets(self) -> dict:
         from kafka import OffsetAndMetadata
@@ -716,8 +726,15 @@ class Worker:
             for rec in records:
                 try:
                     msg = decode(rec.value)
-                except FormatError as e:
-                    raise WorkerError(f"worker {self.id}: malformed GLOBAL record at offset {rec.offset}: {e}") from None
+                    if not isinstance(msg, Global):
+                        raise FormatError("bad_type", f"a {type(msg).__name__} record on the global topic")
+                    if msg.model.shape != self.shape:
+                        raise FormatError("shape_mismatch", f"model of shape {msg.model.shape}, this run's is "
+                                                            f"{self.shape}")
+                except FormatError as e:     # a stray writer's record: skipped (the aggregator's records stand)
+                    log.warning("worker %d: skipped a record at offset %d of %s that is not a GLOBAL of this run: "
+                                "%s", self.id, rec.offset, self.topics.global_, e)
+                    continue
                 if isinstance(msg, Global):
                     self.globals.setdefault(msg.round, msg)
                     hdr = dict(rec.headers or ()).get(UPDATES_OFFSET)
@@ -939,10 +956,44 @@ class Worker:
         self._scan(self.updates_reader, self.topics.updates, self.updates_from.get(r - 1, 0), on_update)
         missing = sorted(set(range(self.M)) - covered)
         if missing:
-            return (f"no update of round {r} covers clients {missing} (their worker is missing, stalled or "
-                    f"fenced, or their data partitions are empty)")
+            return (f"no update of round {r} covers clients {missing} ("
+                    + (self._holders(sorted({c % self.P for c in missing})) or
+                       "their worker is missing, stalled or fenced, or their data partitions are empty") + ")")
         return (f"updates covering every client are on {self.topics.updates} but the aggregator did not "
                 f"publish the global model (is it running?)")
+
+    def _holders(self, parts: list[int]) -> str:
+        """Who the workers' group gives ``parts`` to, from the broker's group description: names a member
+        that is not a worker of this run (client id other than ``streamfl-<run>-worker-<id>``, e.g. a
+        stray consumer that joined the group) and partitions no member holds; "" if unreadable."""
+        from kafka import KafkaAdminClient
+
+        from streamfl.runtime.kafka_run import _assigned_partitions
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, **client_config(),
+                                     client_id=self.client_id + "-diagnosis", request_timeout_ms=10000)
+            try:
+                g = admin.describe_groups([self.topics.worker_group])[self.topics.worker_group]
+            finally:
+                admin.close()
+        except Exception as e:
+            log.info("group description unreadable: %s", e)
+            return ""
+        prefix = f"streamfl-{self.run_id}-worker-"
+        held, out = set(), []
+        for mem in g.get("members") or []:
+            ps = sorted(_assigned_partitions(mem, self.topics.data) & set(parts))
+            held.update(ps)
+            cid = str(mem.get("client_id") or "")
+            if ps and not cid.startswith(prefix):
+                out.append(f"partitions {ps} are assigned to member {cid!r} at {mem.get('client_host')} of group "
+                           f"{self.topics.worker_group}, which is not a worker of this run (client id not "
+                           f"{prefix}<id>): stop that consumer")
+            elif ps:
+                out.append(f"partitions {ps} are held by {cid}, which sent no update")
+        if set(parts) - held:
+            out.append(f"no member of {self.topics.worker_group} holds partitions {sorted(set(parts) - held)}")
+        return "; ".join(out)
 
     kafka_debug = False
 

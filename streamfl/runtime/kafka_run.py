@@ -59,6 +59,7 @@ from ..transport.topics import (BrokerUnavailable, Topics, check_broker, create_
 __all__ = ["BrokerUnavailable", "KafkaRun", "KafkaRunError", "run_kafka_experiment"]
 
 log = logging.getLogger("streamfl.kafka_run")
+WORKER_FENCED_EXIT = 3      # consumers.worker.FENCED_EXIT: fenced by another worker with its id (tolerated)
 
 
 class KafkaRunError(RuntimeError):
@@ -387,6 +388,11 @@ class KafkaRun:
             children.append(self.aggregator)
         for c in children:
             code = c.proc.poll()
+            if code == WORKER_FENCED_EXIT and c in self.workers and id(c) not in self.killed:
+                # another process with this worker's id fenced it and carries on with its partitions
+                self.killed.add(id(c))
+                log.warning("%s stopped: %s; the run goes on without it", c.name, c.error_line())
+                continue
             if code not in (None, 0) and id(c) not in self.killed:
                 raise KafkaRunError(f"{c.name} exited with code {code}: {c.error_line()}")
 
