@@ -71,7 +71,7 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         if seeds is not None:
             cfg = cfg.model_copy(update={"seeds": seeds})
         if cfg.sweep is not None:
-            result = run_sweep(cfg, out, console=console, live=live, plots=plots and cfg.output.plots)
+            result = run_sweep(cfg, out, console=console, live=live, plots=plots)
             console.print(f"[bold green]sweep done[/] → {result['dir']}")
             if result["plot"]:
                 console.print(f"comparison plot: {result['plot']}")
@@ -179,7 +179,8 @@ def _print_seeds(summary: dict):
 
 @app.command(help="Re-render the plots of a finished run or sweep folder and print its summary.\n\n"
                   "A run folder (with summary.json): plots/*.png are drawn again from its metrics file and "
-                  "summary.json. A sweep folder (with sweep.csv): every run's plots, then sweep.png.\n\n"
+                  "summary.json. A sweep folder (with sweep.csv): every run's plots, then sweep.png (and regime.png "
+                  "when sweep.json holds the regime check).\n\n"
                   "summary.json and sweep.csv are read, never rewritten: they keep the numbers of the run.")
 def report(run_dir: Path = typer.Argument(..., help="A finished run folder (summary.json) or sweep folder (sweep.csv).")):
     try:
@@ -200,7 +201,7 @@ def report(run_dir: Path = typer.Argument(..., help="A finished run folder (summ
 
 
 def _report_sweep(root: Path, render_run, render_sweep):
-    """``report`` on a sweep folder: each run's plots, then sweep.png; prints the sweep's table."""
+    """``report`` on a sweep folder: each run's plots, then sweep.png and regime.png; prints the sweep's table."""
     import pandas as pd
     table = pd.read_csv(root / "sweep.csv")
     if "run" not in table.columns:
@@ -216,6 +217,12 @@ def _report_sweep(root: Path, render_run, render_sweep):
         console.print(f"  {rec['run']}: {rec.get('label')}, M = {rec.get('M')}{value}; plots in {sub / 'plots'}",
                       soft_wrap=True, highlight=False)
     console.print(f"comparison plot: {render_sweep(root)}", soft_wrap=True)
+    saved = root / "sweep.json"
+    agreement = json.loads(saved.read_text()).get("agreement") if saved.is_file() else None
+    if agreement:
+        from .report.plots import plot_regime_agreement
+        console.print(f"regime check: {plot_regime_agreement(agreement, root / 'regime.png')}", soft_wrap=True)
+        console.print(agreement["text"], soft_wrap=True, highlight=False)
 
 
 @app.command()

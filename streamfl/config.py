@@ -114,6 +114,15 @@ class TailsConfig(_Model):
     df: float = Field(gt=2)
     on: Literal["features", "noise", "both"] = "both"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on_key(cls, data: Any) -> Any:
+        # YAML 1.1 (PyYAML) reads an unquoted key `on` as the boolean true, so
+        # `tails: {df: 5, on: noise}` arrives as {True: "noise"}: read it as `on`.
+        if isinstance(data, dict) and True in data and "on" not in data:
+            data = {("on" if k is True else k): v for k, v in data.items()}
+        return data
+
 
 Drift = Annotated[Union[AbruptDrift, RotationDrift, LinearDrift, PeriodicDrift, RandomWalkDrift, AdaptiveDrift],
                   Field(discriminator="kind")]

@@ -367,3 +367,32 @@ def test_report_redraws_a_run_and_leaves_its_summary_alone(tmp_path):
     proc = subprocess.run(CLI + ["report", "."], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == "error: . is neither a run folder (no summary.json) nor a sweep folder (no sweep.csv)"
+
+
+def test_a_sweep_without_run_plots_still_draws_its_own_figures(tmp_path):
+    # examples/sweep-regime.yaml sets output.plots: false (180 runs) and promises
+    # sweep.png and regime.png; they used to be skipped with the run plots.
+    (tmp_path / "sw.yaml").write_text("""
+name: sw
+seeds: 2
+steps: 200
+source: {kind: synthetic, task: least_squares, dim: 3, heterogeneity: 0.0, radius: 1.0, noise: 3.0}
+learner: {tau: 5, batch_size: 4, step_size: {kind: constant, eta: 0.1}}
+baselines: []
+output: {plots: false, client_columns: false}
+sweep: {metric: regret_dynamic, parameters: {source.clients: [1, 4]}}
+""")
+    proc = cli(tmp_path, "run", "--config", "sw.yaml", "--out", "sw", "--no-live")
+    assert proc.returncode == 0, proc.stderr
+    root = tmp_path / "sw"
+    for name in ("sweep.png", "regime.png"):
+        assert (root / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(root.glob("*/plots/*.png")) and not list(root.glob("*/seed-*/plots/*.png"))
+    (root / "regime.png").unlink()
+    proc = cli(tmp_path, "report", "sw")
+    assert proc.returncode == 0, proc.stderr
+    assert (root / "regime.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "agrees in" in proc.stdout
+    proc = cli(tmp_path, "run", "--config", "sw.yaml", "--out", "sw2", "--no-live", "--no-plots")
+    assert proc.returncode == 0, proc.stderr
+    assert not list((tmp_path / "sw2").rglob("*.png"))

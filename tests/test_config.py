@@ -154,3 +154,14 @@ def test_saved_config_reads_back_equal_with_integer_class_keys_and_resolved_path
     again = load_config(saved)
     assert again == cfg
     assert again.source.prior_shift.class_weights == {1: 2.5, "b": 0.0}
+
+
+def test_tails_on_key_written_as_documented(tmp_path):
+    # YAML 1.1 reads an unquoted `on` key as the boolean true; the README's
+    # `tails: {df: 5, on: noise}` used to stop with "Keys should be strings (got True)".
+    path = tmp_path / "t.yaml"
+    path.write_text("source: {kind: synthetic, task: least_squares, tails: {df: 5, on: noise}}\n")
+    assert load_config(path).source.tails.on == "noise"
+    path.write_text("source: {kind: synthetic, task: least_squares, tails: {df: 5, on: nois}}\n")
+    with pytest.raises(ConfigError, match="source.tails.on"):
+        load_config(path)

@@ -256,3 +256,30 @@ def test_running_mean_batch_means_standard_error():
     assert r.mean == pytest.approx(np.nanmean(values))
     assert r.se == pytest.approx(np.sqrt(3 / 2 * np.sum(w * w * (blocks - mbar) ** 2)))
     assert r.max_step == 12.0 and r.max_block == 11.0 and r.count == 8
+
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_softmax_curvature_is_the_mean_nonzero_hessian_eigenvalue(K):
+    """ℓ for softmax: the mean eigenvalue of a finite-difference Hessian over its d·(K − 1)
+    directions that are not structurally zero (it is 0 along 1 ⊗ a); it was tr/(d·K),
+    half the value for K = 2, which made the regime's temporal term V ∝ 1/ℓ² four times too large."""
+    rng = np.random.default_rng(5)
+    n, M, b, d = 1, 2, 6, 3
+    X = rng.standard_normal((n, M, b, d)) * np.array([1.0, 0.6, 0.3])
+    y = rng.integers(0, K, size=(n, M, b)).astype(float)
+    W0 = 0.3 * rng.standard_normal((d, K))
+    est, _ = empirical_estimates("softmax", W0[None], X, y, np.full((n, M), 1 / M))
+    A, Y = X.reshape(-1, d), y.reshape(-1).astype(int)
+
+    def f(w):
+        z = A @ w.reshape(d, K)
+        z = z - z.max(axis=1, keepdims=True)
+        return np.mean(np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(Y)), Y])
+
+    h, p = 1e-4, d * K
+    E = np.eye(p) * h
+    H = np.array([[(f(W0.ravel() + E[i] + E[j]) - f(W0.ravel() + E[i] - E[j]) - f(W0.ravel() - E[i] + E[j])
+                    + f(W0.ravel() - E[i] - E[j])) / (4 * h * h) for j in range(p)] for i in range(p)])
+    eig = np.linalg.eigvalsh(H)
+    assert np.sum(np.abs(eig) < 1e-6) == d                       # the null directions 1 ⊗ a
+    assert est["curvature"][0] == pytest.approx(eig.sum() / (d * (K - 1)), rel=1e-6)

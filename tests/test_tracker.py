@@ -122,9 +122,12 @@ def test_least_squares_with_a_radius_against_a_constrained_solver():
                           jac=lambda v: A.T @ (A @ v - Y) / (M * b))
     assert out["comparator_static"] == pytest.approx(static, rel=1e-7)
     F = lambda v, w: 0.5 * s**2 * np.sum((v - w) ** 2, axis=-1) + 0.5 * sigma**2   # noqa: E731
-    _, comp = _ball_min(lambda v: F(v, W).mean(axis=1).sum(), np.zeros(d), D,
-                        jac=lambda v: s**2 * (v - W).mean(axis=1).sum(axis=0))
-    assert out["regret_expected"] == pytest.approx(F(x, W).mean(axis=1).sum() - comp, rel=1e-7)
+    # F is isotropic, so min over the ball of Σ_t F_t is at the projection of the mean optimum (exact);
+    # trust-constr stopped 1.6e-4 above that minimum (expected regret 9.865009 against the exact 9.865169)
+    wbar = W.reshape(-1, d).mean(axis=0)
+    comp = F(wbar * min(1.0, D / np.linalg.norm(wbar)), W).mean(axis=1).sum()
+    assert np.linalg.norm(wbar) > D                                   # the radius binds
+    assert out["regret_expected"] == pytest.approx(F(x, W).mean(axis=1).sum() - comp, rel=1e-10)
     u = W.mean(axis=1)
     u = u * np.minimum(1, D / np.linalg.norm(u, axis=1, keepdims=True))
     xbar = x.mean(axis=1)

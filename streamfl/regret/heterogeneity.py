@@ -279,8 +279,9 @@ def empirical_estimates(task, average, X, y, c, previous=None, noise_free: bool 
     est : dict of ndarray (n,)
         ``sigma2``, ``zeta2``, ``K2`` (NaN at t = 1), ``virtual_loss``
         (Σ_m c_m f(x̄_t, ξ_{t,m})), ``curvature`` (Σ_m c_m of the mean
-        per-sample Hessian trace at x̄_t divided by d·K: the mean Hessian
-        eigenvalue).
+        per-sample Hessian trace at x̄_t divided by d, or by d·(K − 1) for
+        softmax, whose Hessian is zero along the d directions 1 ⊗ a: the
+        mean Hessian eigenvalue over the directions the model moves in).
     state : dict — ``previous`` for the next chunk.
 
     Cost: two gradient evaluations of every mini-batch, O(n M b d K).
@@ -294,7 +295,12 @@ def empirical_estimates(task, average, X, y, c, previous=None, noise_free: bool 
     (['K2', 'curvature', 'sigma2', 'virtual_loss', 'zeta2'], True)
     """
     n, M, b, d = X.shape
-    dK = d * average.shape[-1]
+    # the mean eigenvalue over the directions the model can move in: softmax's
+    # Hessian (diag p − ppᵀ) ⊗ aaᵀ is 0 along 1 ⊗ a (adding one vector to every
+    # class column changes no probability; no gradient has a component there),
+    # so it has d·(K − 1) eigenvalues that are not structurally zero, not d·K
+    K = average.shape[-1]
+    dK = d * (K - 1 if task == "softmax" and K > 1 else K)
     g, v, loss, hess = client_gradients(task, average, X, y)
     gbar = np.einsum("nm,nmp->np", c, g)
     have_var = b >= 2 and not noise_free

@@ -121,8 +121,11 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plo
     Parameters
     ----------
     plots : bool or None
-        Override ``cfg.output.plots``: with plots, ``sweep.png``, ``regime.png``
-        and each run's plots are drawn.
+        Draw the sweep's own figures, ``sweep.png`` and ``regime.png``
+        (default True; ``--no-plots`` passes False). Each run's plots are
+        drawn when this and ``cfg.output.plots`` are both true, so a sweep
+        with ``output.plots: false`` (the regime examples: 180 runs) still
+        writes the two figures its comparison is read from.
     workers : int or None
         Processes for the runs (default min(runs, cores); 1 runs them in this
         process).
@@ -137,7 +140,8 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plo
     from ..report.plots import plot_regime_agreement, plot_sweep, render_run
 
     sweep = cfg.sweep
-    plots = cfg.output.plots if plots is None else plots
+    sweep_plots = True if plots is None else bool(plots)
+    plots = sweep_plots and cfg.output.plots          # each run's plots
     n_seeds = cfg.seeds
     root = Path(out) if out else new_run_dir(cfg)
     root.mkdir(parents=True, exist_ok=True)
@@ -217,8 +221,8 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plo
         curves.append(curve)
         per_setting.setdefault(label, {})[M] = {"finals": finals, "flag": flag, "literal": lit, "N": N, "V": V}
     pd.DataFrame(rows).to_csv(root / "sweep.csv", index=False)
-    plot = root / "sweep.png" if plots else None
-    if plots:
+    plot = root / "sweep.png" if sweep_plots else None
+    if sweep_plots:
         plot_sweep(curves, plot, metric=metric)
     result = {"dir": str(root), "plot": None if plot is None else str(plot), "rows": rows, "agreement": None}
     cells = []
@@ -238,7 +242,7 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plo
         agreement["metric"] = metric
         pd.DataFrame(agreement["cells"]).to_csv(root / "agreement.csv", index=False)
         result["agreement"] = agreement
-        if plots:
+        if sweep_plots:
             plot_regime_agreement(agreement, root / "regime.png")
             result["regime_plot"] = str(root / "regime.png")
     (root / "sweep.json").write_text(json.dumps(_jsonable({"rows": rows, "agreement": result["agreement"],
