@@ -115,11 +115,13 @@ def test_the_run_header_and_summary_say_how_a_file_was_read(tmp_path):
                                        "learner: {batch_size: 2}\nbaselines: []\noutput: {plots: false}\n")
     proc = _cli(tmp_path, "run", "--config", "exp.yaml", "--no-live", "--out", "run")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[:6] == [
+    assert proc.stdout.splitlines()[:7] == [
         f"input: file {tmp_path / 'data.csv'} → T = 2 steps, M = 1 client, d = 2 features incl. an intercept, b = 2",
         "task: least_squares, inferred: label 'y' holds numbers that are not whole (e.g. 0.5), so a regression "
         "target → least_squares",
-        "columns: number x1 · label y (regression target in its own units)",
+        "columns: number x1 · label y",
+        "label y: regression target, 5 values from 0.5 to 2.5 in its own units (mean 1.3, standard deviation "
+        "0.7483)",
         "dropped column x2: numbers with text among them (1 text cell, row 2: 'abc'); fix or remove those rows",
         "rows: 5 read, 4 streamed",
         "note: 1 row not streamed: the last mini-batch of 1 client had fewer than b = 2 rows (only full "
@@ -163,8 +165,9 @@ def test_the_run_header_and_summary_say_how_a_file_was_read(tmp_path):
     ("steps: 5\noutput: {dir: taken/runs}\n",
      "error: output.dir: taken is an existing file, not a folder; point output.dir at a folder"),
     ("steps: 100\nsource: {kind: river_synth, name: ConceptDriftStream, params: {position: 200, width: 1}}\n",
-     "error: River generator ConceptDriftStream(position=200, width=1) failed while drawing samples: "
-     "OverflowError: math range error"),
+     "error: Invalid params for river.datasets.synth.ConceptDriftStream: width 1 is too narrow for position 200: "
+     "River draws the new concept with probability 1/(1 + exp(4·(position − i)/width)), which overflows for "
+     "4·position/width > 709; use width >= 2."),
     ("steps: 10\nsource: {kind: river_synth, name: Hyperplane, params: {n_features: 3, n_drift_features: 5}}\n",
      "error: Invalid params for river.datasets.synth.Hyperplane: n_drift_features must be between 0 and n_features "
      "(3); got 5."),
