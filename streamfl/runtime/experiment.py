@@ -132,7 +132,7 @@ def claim_run_dir(cfg: ExperimentConfig, run_dir: Path | None = None):
     while not p.exists():
         top, p = p, p.parent
     path = target if run_dir else new_run_dir(cfg)
-    existed = path.is_dir()
+    existed = bool(run_dir) and path.is_dir()        # new_run_dir has just created its folder
     before = set(path.iterdir()) if existed else set()
     make_dir(path, "--out")
 
