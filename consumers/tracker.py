@@ -484,6 +484,16 @@ class _Watch:
             pass
 
 
+def summary_line(summary: dict) -> str:
+    """The tracker's last stdout line: the headline figures as strict JSON (NaN and ±inf become null).
+
+    >>> summary_line({"run_dir": "r", "n_steps": 3, "regret_static": 1.5, "regret_expected": float("nan")})
+    '{"run_dir": "r", "n_steps": 3, "regret_static": 1.5, "regret_expected": null, "regret_dynamic": null, "samples_per_second": null}'
+    """
+    keys = ("run_dir", "n_steps", "regret_static", "regret_expected", "regret_dynamic", "samples_per_second")
+    return json.dumps(_jsonable({k: summary.get(k) for k in keys}), allow_nan=False)
+
+
 def main(argv=None) -> int:
     """Entry point for a tracker on its own machine; exit 0, or 1 with ``error: tracker: …``."""
     ap = argparse.ArgumentParser(description="Consume a run's LOSS topic, track regret and write the run folder.")
@@ -519,8 +529,7 @@ def main(argv=None) -> int:
                         metrics_linger=args.metrics_linger,
                         extra={"transport": {"kind": "kafka", "broker": args.bootstrap, "run_id": args.run_id,
                                              "topics": Topics(args.run_id).all(), "roles": "separate"}})
-        print(json.dumps({k: summary.get(k) for k in ("run_dir", "n_steps", "regret_static", "regret_expected",
-                                                       "regret_dynamic", "samples_per_second")}))
+        print(summary_line(summary))
         return 0
     except Exception as e:
         if undo is not None:

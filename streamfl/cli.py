@@ -18,11 +18,14 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 console = Console()
 err = Console(stderr=True)
 
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, KeyError, UnicodeDecodeError)
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, KeyError, UnicodeDecodeError, MemoryError)
 
 
 def _message(e: Exception) -> str:
     """One line for the user; KeyError's repr quotes are dropped."""
+    if isinstance(e, MemoryError) and not str(e):
+        return ("out of memory: the input is too large for the memory available; use fewer rows, clients or "
+                "features")
     text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
     return " ".join(str(text).split())
 
@@ -191,13 +194,35 @@ def report(run_dir: Path = typer.Argument(..., help="A finished run folder (summ
         if not summary_path.is_file():
             raise FileNotFoundError(f"{run_dir} is neither a run folder (no summary.json) nor a sweep folder "
                                     f"(no sweep.csv)")
-        summary = json.loads(summary_path.read_text())
+        summary = _read_summary(summary_path)
         from .report.plots import render_run       # matplotlib: only once the folder is known to be a run's
-        paths = render_run(run_dir)
+        try:
+            paths = render_run(run_dir)
+        except (ValueError, KeyError, TypeError, IndexError, OSError) as e:
+            metrics = run_dir / str(summary.get("metrics_file", "metrics.csv"))
+            text = _message(e)
+            raise ValueError(f"{metrics} is damaged or was not written by streamfl: {text}" if str(metrics) in text
+                             else f"{metrics} or {summary_path} is damaged or was not written by streamfl ({text})"
+                             ) from None
     except USER_ERRORS as e:
         _fail(_message(e))
+    summary["run_dir"] = str(run_dir)             # where the folder is now (it may have been moved)
     summary["plots"] = [str(p) for p in paths]
     _print_summary(summary, finished=False)
+
+
+def _read_summary(path: Path) -> dict:
+    """A run's summary.json, or ValueError with one line naming the file."""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON ({_message(e)}); it is damaged or was not written by "
+                         f"streamfl") from None
+    needed = ("n_steps", "n_clients", "tau", "rounds", "regret_static", "regret_static_method")
+    if not isinstance(summary, dict) or any(k not in summary for k in needed):
+        missing = [k for k in needed if not isinstance(summary, dict) or k not in summary]
+        raise ValueError(f"{path} is not a streamfl run summary (missing {', '.join(missing)})")
+    return summary
 
 
 def _report_sweep(root: Path, render_run, render_sweep):

@@ -13,6 +13,7 @@ The default experiment (``streamfl run`` with no arguments) is
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args
 
@@ -187,17 +188,47 @@ class RiverSynthSource(_Model):
     standardize: bool = True
     standardize_label: bool = False
 
+    @model_validator(mode="after")
+    def _params(self):
+        def walk(params, where):
+            for key, value in params.items():
+                at = f"{where}.{key}"
+                if key == "seed":
+                    raise ValueError(f"{at}: the generators' seeds come from the run's seed (client m gets "
+                                     f"seed·1000 + m, so clients draw different samples); set the top-level seed "
+                                     f"instead")
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise ValueError(f"{at}: {value} is not a finite number")
+                if (key.startswith("seed_") and value is not None
+                        and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0)):
+                    raise ValueError(f"{at}: a seed is an integer >= 0 (got {value!r})")
+                if isinstance(value, dict):
+                    walk(value.get("params") or {} if "name" in value else value, at + (".params" if "name" in value else ""))
+                elif isinstance(value, list):
+                    for i, v in enumerate(value):
+                        if isinstance(v, float) and not math.isfinite(v):
+                            raise ValueError(f"{at}.{i}: {v} is not a finite number")
+        walk(self.params, "source.params")
+        return self
+
 
 class Split(_Model):
     """How a table is split across clients."""
-    kind: Literal["contiguous", "column", "dirichlet"] = "contiguous"
+    kind: Literal["contiguous", "column", "dirichlet"]
     column: str | None = None
-    alpha: float = Field(0.5, gt=0)
+    alpha: float | None = Field(None, gt=0)      # Dirichlet α; 0.5 when kind is dirichlet and alpha is not given
 
     @model_validator(mode="after")
     def _column_needed(self):
         if self.kind == "column" and not self.column:
-            raise ValueError("split.column is required when split.kind is 'column'")
+            raise ValueError("source.split.column is required when source.split.kind is 'column'")
+        if self.kind != "column" and self.column is not None:
+            raise ValueError(f"source.split.column: only split.kind column uses a client column (split.kind is "
+                             f"{self.kind}); set kind: column or remove column")
+        if self.kind != "dirichlet" and self.alpha is not None:
+            raise ValueError(f"source.split.alpha: only split.kind dirichlet uses alpha (split.kind is {self.kind})")
+        if self.kind == "dirichlet" and self.alpha is None:
+            self.alpha = 0.5
         return self
 
 
@@ -238,7 +269,7 @@ class TableSourceBase(_Model):
     categorical: list[str] = Field(default_factory=list)
     time_column: str | None = None
     clients: int = Field(8, ge=1)
-    split: Split = Field(default_factory=Split)
+    split: Split = Field(default_factory=lambda: Split(kind="contiguous"))
     standardize: bool = True
     standardize_label: bool = False
     intercept: bool = True
@@ -247,6 +278,19 @@ class TableSourceBase(_Model):
 
     @model_validator(mode="after")
     def _label_scaling(self):
+        if len(set(self.categorical)) != len(self.categorical):
+            twice = next(c for c in self.categorical if self.categorical.count(c) > 1)
+            raise ValueError(f"source.categorical: column {twice!r} is listed twice")
+        if self.features is not None and len(set(self.features)) != len(self.features):
+            twice = next(c for c in self.features if self.features.count(c) > 1)
+            raise ValueError(f"source.features: column {twice!r} is listed twice")
+        roles = [("label", self.label), ("time_column", self.time_column),
+                 ("split.column", self.split.column if self.split.kind == "column" else None)]
+        for i, (a, col) in enumerate(roles):
+            for b, other in roles[i + 1:]:
+                if col is not None and col == other:
+                    raise ValueError(f"source.{b}: column {col!r} is already the {a.replace('_', ' ')}; a column "
+                                     f"has one role (label, time or client)")
         if self.standardize_label and self.task not in (None, "least_squares"):
             raise ValueError(f"source.standardize_label: only a least_squares label can be standardized "
                              f"(source.task is {self.task})")
@@ -264,7 +308,7 @@ class FileSource(TableSourceBase):
     kind: Literal["file"]
     path: Path = Field(strict=False)
     label: str
-    thousands: str | None = Field(None, min_length=1, max_length=1)
+    thousands: Literal[",", "'", "_", " "] | None = None
 
 
 Source = Annotated[Union[SyntheticSource, RiverSynthSource, RiverDatasetSource, FileSource],
@@ -322,6 +366,13 @@ class SweepConfig(_Model):
     def _check(self):
         if "source.clients" not in self.parameters:
             raise ValueError("sweep.parameters must include source.clients: the comparison plot is regret against M")
+        for key, values in self.parameters.items():
+            seen = []
+            for v in values:
+                if any(type(v) is type(w) and v == w for w in seen):
+                    raise ValueError(f"sweep.parameters.{key}: the value {v!r} is listed twice; each value is run "
+                                     f"once (use seeds for repeated runs)")
+                seen.append(v)
         for key, names in self.labels.items():
             if key not in self.parameters:
                 raise ValueError(f"sweep.labels.{key} names a parameter that is not swept")
@@ -329,6 +380,10 @@ class SweepConfig(_Model):
                 raise ValueError(f"sweep.labels.{key} has {len(names)} labels for {len(self.parameters[key])} values")
         return self
 
+
+#: Longest run name: the folder <name>-YYYYmmdd-HHMMSS[-k] and a sweep's sub-run names stay well under the
+#: 255-byte limit of a file name on common file systems.
+NAME_MAX = 100
 
 Baseline = Literal["tau1", "local", "centralized", "river"]
 
@@ -352,6 +407,13 @@ class ExperimentConfig(_Model):
     def _one_path_component(cls, name: str) -> str:
         if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
             raise ValueError(f"name: a run name is one folder name, without '/', '\\' or '..' (got {name!r})")
+        if any(not c.isprintable() for c in name):
+            bad = next(c for c in name if not c.isprintable())
+            raise ValueError(f"name: a run name is one line of printable text; it holds the control character "
+                             f"{bad!r}")
+        if len(name) > NAME_MAX:
+            raise ValueError(f"name: a run name has at most {NAME_MAX} characters (got {len(name)}: "
+                             f"{name[:20]!r}…); the run folder is <name>-<timestamp>")
         return name
 
     @model_validator(mode="after")
@@ -407,12 +469,62 @@ def _format_error(err: ValidationError) -> str:
         msg = msg.removeprefix("Value error, ")
         return f"config error: {msg}" if msg.split(":")[0].split(".")[0] in (loc.split(".")[0], "steps", "sweep") \
             else f"config error: {loc or 'file'}: {msg}"
+    if e["type"] == "missing" and e["loc"] and e["loc"][-1] == "kind":
+        kinds = {"split": "contiguous, column, dirichlet"}.get(str(e["loc"][-2]) if len(e["loc"]) > 1 else "")
+        if kinds:
+            return f"config error: {loc} is required: one of {kinds}"
     if e["type"] == "extra_forbidden":
         msg = "unknown field"
+    # the user wrote YAML, not Python: no model or class names in the message
+    msg = re.sub(r"valid dictionary or instance of \w+", "mapping of fields (key: value)", msg)
+    msg = re.sub(r"valid dictionary", "mapping of fields (key: value)", msg)
     got = e.get("input")
     tail = "" if e["type"] in ("missing", "extra_forbidden") or isinstance(got, (dict, list)) else f" (got {got!r})"
     more = f" [and {len(err.errors()) - 1} more]" if len(err.errors()) > 1 else ""
     return f"config error: {loc or 'file'}: {msg}{tail}{more}"
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with two YAML 1.2 rules it lacks.
+
+    * Floats in YAML 1.2 form: ``1e-3``, ``2E5`` (no dot) are numbers, not the
+      text ``"1e-3"`` of YAML 1.1 (the core schema's float pattern).
+    * A mapping naming a key twice is refused (YAML 1.2 requires unique keys;
+      PyYAML keeps the last one silently).
+    """
+
+
+_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+                              list("-+0123456789"))
+
+
+def _mapping(loader, node, deep=False):
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            continue                       # PyYAML's own error for unhashable keys follows
+        if key in seen:
+            line = key_node.start_mark.line + 1
+            raise ConfigError(f"config error: the key {key!r} appears twice in one mapping (lines "
+                              f"{seen[key]} and {line}); keep one")
+        seen[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def read_yaml(text: str):
+    """Parse YAML text with :class:`_Loader` (YAML 1.2 floats, unique keys).
+
+    >>> read_yaml("eta: 1e-3")
+    {'eta': 0.001}
+    """
+    return yaml.load(text, Loader=_Loader)
 
 
 def parse_config(data: dict) -> ExperimentConfig:
@@ -434,12 +546,28 @@ def load_config(path: str | Path) -> ExperimentConfig:
         The file is missing, is not YAML, or a field is invalid.
     """
     path = Path(path)
-    if not path.is_file():
+    if path.is_dir():
+        raise ConfigError(f"config error: --config {path} is a folder; give the experiment's YAML file")
+    if not path.exists():
         raise ConfigError(f"config error: no such file: {path}")
+    if not path.is_file():
+        raise ConfigError(f"config error: --config {path} is not a regular file; give the experiment's YAML file")
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except PermissionError:
+        raise ConfigError(f"config error: --config {path} cannot be read (permission denied)") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config error: --config {path} is not a UTF-8 text file; give the experiment's "
+                          f"YAML file") from None
+    except OSError as err:
+        raise ConfigError(f"config error: --config {path} cannot be read: {err.strerror or err}") from None
+    try:
+        data = read_yaml(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"config error: {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"config error: {path} does not hold a mapping of fields (name, source, learner, …); "
+                          f"is it the experiment's YAML file?")
     cfg = parse_config(data or {})
     src = cfg.source
     if getattr(src, "kind", None) == "file" and not src.path.is_absolute():

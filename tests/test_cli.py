@@ -115,11 +115,13 @@ def test_the_run_header_and_summary_say_how_a_file_was_read(tmp_path):
                                        "learner: {batch_size: 2}\nbaselines: []\noutput: {plots: false}\n")
     proc = _cli(tmp_path, "run", "--config", "exp.yaml", "--no-live", "--out", "run")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[:6] == [
+    assert proc.stdout.splitlines()[:7] == [
         f"input: file {tmp_path / 'data.csv'} → T = 2 steps, M = 1 client, d = 2 features incl. an intercept, b = 2",
         "task: least_squares, inferred: label 'y' holds numbers that are not whole (e.g. 0.5), so a regression "
         "target → least_squares",
-        "columns: number x1 · label y (regression target in its own units)",
+        "columns: number x1 · label y",
+        "label y: regression target, 5 values from 0.5 to 2.5 in its own units (mean 1.3, standard deviation "
+        "0.7483)",
         "dropped column x2: numbers with text among them (1 text cell, row 2: 'abc'); fix or remove those rows",
         "rows: 5 read, 4 streamed",
         "note: 1 row not streamed: the last mini-batch of 1 client had fewer than b = 2 rows (only full "
@@ -163,8 +165,9 @@ def test_the_run_header_and_summary_say_how_a_file_was_read(tmp_path):
     ("steps: 5\noutput: {dir: taken/runs}\n",
      "error: output.dir: taken is an existing file, not a folder; point output.dir at a folder"),
     ("steps: 100\nsource: {kind: river_synth, name: ConceptDriftStream, params: {position: 200, width: 1}}\n",
-     "error: River generator ConceptDriftStream(position=200, width=1) failed while drawing samples: "
-     "OverflowError: math range error"),
+     "error: Invalid params for river.datasets.synth.ConceptDriftStream: width 1 is too narrow for position 200: "
+     "River draws the new concept with probability 1/(1 + exp(4·(position − i)/width)), which overflows for "
+     "4·position/width > 709; use width >= 2."),
     ("steps: 10\nsource: {kind: river_synth, name: Hyperplane, params: {n_features: 3, n_drift_features: 5}}\n",
      "error: Invalid params for river.datasets.synth.Hyperplane: n_drift_features must be between 0 and n_features "
      "(3); got 5."),
@@ -396,3 +399,60 @@ sweep: {metric: regret_dynamic, parameters: {source.clients: [1, 4]}}
     proc = cli(tmp_path, "run", "--config", "sw.yaml", "--out", "sw2", "--no-live", "--no-plots")
     assert proc.returncode == 0, proc.stderr
     assert not list((tmp_path / "sw2").rglob("*.png"))
+
+
+# ---- second new-user break test ----------------------------------------------------------------------------
+def test_a_failed_sweep_keeps_the_users_empty_out_folder_and_their_output_dir(tmp_path):
+    (tmp_path / "t.csv").write_text("x1,x2,y\n1,2,0.5\n2,abc,1.5\n3,4,2.5\n4,5,0.5\n")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "notes.txt").write_text("mine")
+    (tmp_path / "exp.yaml").write_text(
+        "steps: null\nsource: {kind: file, path: t.csv, label: y, features: [x1], task: least_squares}\n"
+        "sweep: {parameters: {source.clients: [1], source.label: [y, x2]}, metric: regret_static}\n")
+    for argv in (["--out", "mine"], []):
+        proc = _cli(tmp_path, "run", "--config", "exp.yaml", "--no-live", *argv)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines()[-1] == ("error: Label column 'x2' holds numbers with text among them "
+                                                        "(1 text cell, row 2: 'abc'); fix or remove those rows.")
+    assert list((tmp_path / "mine").iterdir()) == []          # the user's folder stays, emptied of the run's files
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["notes.txt"]
+
+
+def test_thousands_and_label_header_from_a_file(tmp_path):
+    (tmp_path / "t.csv").write_text('x1,x2,y\n"1,170.3",1,0.5\n2.5,2,1.5\n"12,000",3,2.5\n4,4,3.5\n')
+    (tmp_path / "exp.yaml").write_text("steps: null\nsource: {kind: file, path: t.csv, label: y, clients: 1, "
+                                       "task: least_squares, thousands: ','}\nbaselines: []\noutput: {plots: false}\n")
+    proc = _cli(tmp_path, "run", "--config", "exp.yaml", "--no-live", "--out", "run")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[2:4] == ["columns: number x1, x2 · label y",
+                          "label y: regression target, 4 values from 0.5 to 3.5 in its own units (mean 2, standard "
+                          "deviation 1.118)"]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    mean = summary["inputs"]["columns"][0]
+    assert mean == {"column": "x1", "read_as": "number", "why": "numbers"}
+    (tmp_path / "exp.yaml").write_text(
+        "steps: null\nsource: {kind: file, path: t.csv, label: y, clients: 1, task: least_squares, "
+        "features: [x1, x2]}\n")
+    proc = _cli(tmp_path, "run", "--config", "exp.yaml", "--no-live")
+    assert proc.stderr.strip() == ("error: Feature column 'x1' holds numbers written with thousands separators "
+                                   "(row 1: '1,170.3'); set source.thousands: ','.")
+
+
+def test_report_on_a_moved_or_damaged_run_folder(tmp_path):
+    proc = _cli(tmp_path, "run", "--steps", "30", "--no-live", "--no-plots", "--out", "a")
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "a").rename(tmp_path / "b")
+    proc = _cli(tmp_path, "report", "b")
+    assert proc.returncode == 0, proc.stderr
+    assert "run folder: b" in proc.stdout.splitlines()
+    (tmp_path / "b" / "metrics.csv").write_text("t,x\n1,2\n")
+    proc = _cli(tmp_path, "report", "b")
+    assert proc.stderr.strip() == ("error: b/metrics.csv is damaged or was not written by streamfl: Required column "
+                                   "'cum_loss' is missing from b/metrics.csv (missing: ['cum_loss']; present: ['t', "
+                                   "'x']).")
+    (tmp_path / "b" / "summary.json").write_text("{bad")
+    proc = _cli(tmp_path, "report", "b")
+    assert proc.stderr.strip() == ("error: b/summary.json is not valid JSON (Expecting property name enclosed in double "
+                                   "quotes: line 1 column 2 (char 1)); it is damaged or was not written by streamfl")

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from streamfl.config import ConfigError, default_config, load_config, parse_config
@@ -131,7 +133,7 @@ def test_a_run_name_is_one_folder_name(name):
      "config error: source.standardize_label: only a least_squares label can be standardized "
      "(source.task is logistic)"),
     ({"steps": None, "source": {"kind": "file", "path": "t.csv", "label": "y", "thousands": ",,"}},
-     "config error: source.thousands: String should have at most 1 character (got ',,')"),
+     "config error: source.thousands: Input should be ',', \"'\", '_' or ' ' (got ',,')"),
 ])
 def test_values_that_make_no_sense_are_refused(data, message):
     with pytest.raises(ConfigError) as err:
@@ -165,3 +167,65 @@ def test_tails_on_key_written_as_documented(tmp_path):
     path.write_text("source: {kind: synthetic, task: least_squares, tails: {df: 5, on: nois}}\n")
     with pytest.raises(ConfigError, match="source.tails.on"):
         load_config(path)
+
+
+# ---- faults found by a second new-user break test ------------------------------------------------------------
+@pytest.mark.parametrize("text, message", [
+    ("learner: {step_size: {eta: 1e-3}}\n", None),
+    ("seed: 1\nseed: 2\n", "config error: the key 'seed' appears twice in one mapping (lines 1 and 2); keep one"),
+    ("name: \"a\\nb\"\n", "config error: name: a run name is one line of printable text; it holds the control "
+                          "character '\\n'"),
+    ("name: " + "a" * 101 + "\n", "config error: name: a run name has at most 100 characters (got 101: "
+                                  "'aaaaaaaaaaaaaaaaaaaa'…); the run folder is <name>-<timestamp>"),
+    ("source: {kind: file, path: t.csv, label: y, split: {column: c}}\n",
+     "config error: source.split.kind is required: one of contiguous, column, dirichlet"),
+    ("source: {kind: file, path: t.csv, label: y, split: {kind: contiguous, column: c}}\n",
+     "config error: source.split.column: only split.kind column uses a client column (split.kind is contiguous); "
+     "set kind: column or remove column"),
+    ("source: {kind: file, path: t.csv, label: y, time_column: y}\n",
+     "config error: source.time_column: column 'y' is already the label; a column has one role (label, time or "
+     "client)"),
+    ("source: {kind: file, path: t.csv, label: y, split: {kind: column, column: y}}\n",
+     "config error: source.split.column: column 'y' is already the label; a column has one role (label, time or "
+     "client)"),
+    ("source: {kind: file, path: t.csv, label: y, categorical: [a, a], features: [a]}\n",
+     "config error: source.categorical: column 'a' is listed twice"),
+    ("source: {kind: file, path: t.csv, label: y, thousands: '.'}\n",
+     "config error: source.thousands: Input should be ',', \"'\", '_' or ' ' (got '.')"),
+    ("source: {kind: river_synth, name: SEA, params: {seed: 3}}\n",
+     "config error: source.params.seed: the generators' seeds come from the run's seed (client m gets seed·1000 + m, "
+     "so clients draw different samples); set the top-level seed instead"),
+    ("source: {kind: river_synth, name: Hyperplane, params: {noise_percentage: .nan}}\n",
+     "config error: source.params.noise_percentage: nan is not a finite number"),
+    ("source: {kind: river_synth, name: Agrawal, params: {seed_model: 1.5}}\n",
+     "config error: source.params.seed_model: a seed is an integer >= 0 (got 1.5)"),
+    ("steps: 5\nsweep: {parameters: {source.clients: [4, 4]}, metric: regret_static}\n",
+     "config error: sweep.parameters.source.clients: the value 4 is listed twice; each value is run once (use seeds "
+     "for repeated runs)"),
+    ("learner: 5\n", "config error: learner: Input should be a mapping of fields (key: value) (got 5)"),
+])
+def test_second_break_test_config_faults(tmp_path, text, message):
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    if message is None:
+        assert load_config(path).learner.step_size.eta == 0.001      # YAML 1.2 float without a dot
+        return
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == message
+
+
+def test_bad_config_paths_are_one_line(tmp_path):
+    (tmp_path / "t.csv").write_text("x,y\n1,2\n")
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00")
+    for path, message in [(tmp_path, f"config error: --config {tmp_path} is a folder; give the experiment's YAML "
+                                     f"file"),
+                          (Path("/dev/null"), "config error: --config /dev/null is not a regular file; give the "
+                                              "experiment's YAML file"),
+                          (tmp_path / "t.csv", f"config error: {tmp_path / 't.csv'} does not hold a mapping of fields "
+                                               f"(name, source, learner, …); is it the experiment's YAML file?"),
+                          (tmp_path / "bin.yaml", f"config error: --config {tmp_path / 'bin.yaml'} is not a UTF-8 "
+                                                  f"text file; give the experiment's YAML file")]:
+        with pytest.raises(ConfigError) as err:
+            load_config(path)
+        assert str(err.value) == message

@@ -47,10 +47,11 @@ def test_file_source_inputs(tmp_path):
         "the table gives T = 2 steps, fewer than steps: 10",
     ]
     lines = header_lines(inputs)
-    assert lines[2] == "columns: number x1 · label y (regression target, z-scored)"
-    assert lines[3] == ("dropped column x2: numbers with text among them (1 text cell, row 2: 'abc'); fix or remove "
+    assert lines[2] == "columns: number x1 · label y"
+    assert lines[3].startswith("label y: regression target, 5 values from ")
+    assert lines[4] == ("dropped column x2: numbers with text among them (1 text cell, row 2: 'abc'); fix or remove "
                         "those rows")
-    assert lines[4] == "rows: 5 read, 4 streamed"
+    assert lines[5] == "rows: 5 read, 4 streamed"
 
 
 def test_the_live_view_counts_rows_not_streamed(tmp_path):

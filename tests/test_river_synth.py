@@ -119,12 +119,28 @@ def test_what_river_would_fail_on_is_refused_before_drawing():
                               "0 and n_features (2); got 3.")
 
 
-def test_an_error_river_raises_while_drawing_is_one_line():
-    # River computes exp(4·(position − i)/width): it overflows for position 200, width 1 at the first sample.
+def test_an_error_river_raises_while_drawing_is_one_line(monkeypatch):
+    import river.datasets.synth as synth
+
+    def broken(self):
+        raise OverflowError("math range error")
+        yield
+    monkeypatch.setattr(synth.SEA, "__iter__", broken)
+    with pytest.raises(ValueError) as err:
+        RiverSynthStream("SEA", n_clients=2, n_steps=10)
+    assert str(err.value) == ("River generator SEA() failed while drawing samples: a number overflowed (math range "
+                              "error)")
+
+
+def test_concept_drift_too_narrow_for_its_position_is_refused_up_front():
+    # River computes exp(4·(position − i)/width): it overflows for position 200, width 1 at the first sample,
+    # while width 2 (4·200/2 = 400 < 709) draws.
+    RiverSynthStream("ConceptDriftStream", n_clients=2, n_steps=10, params={"position": 200, "width": 2})
     with pytest.raises(ValueError) as err:
         RiverSynthStream("ConceptDriftStream", n_clients=2, n_steps=100, params={"position": 200, "width": 1})
-    assert str(err.value) == ("River generator ConceptDriftStream(position=200, width=1) failed while drawing "
-                              "samples: OverflowError: math range error")
+    assert str(err.value) == ("Invalid params for river.datasets.synth.ConceptDriftStream: width 1 is too narrow for "
+                              "position 200: River draws the new concept with probability 1/(1 + exp(4·(position − "
+                              "i)/width)), which overflows for 4·position/width > 709; use width >= 2.")
 
 
 def test_task_rule_columns_and_drift_after_the_end():
@@ -133,9 +149,11 @@ def test_task_rule_columns_and_drift_after_the_end():
     assert s.notes_ == ["ConceptDriftStream's drift position 5000 is at or after sample 200, past the last one each "
                         "generator draws (T·b = 200): no drift there"]
     assert s.columns_[0] == {"column": "salary", "read_as": "number", "why": "numbers"}
-    assert s.columns_[-1] == {"column": "y", "read_as": "label", "why": "2 classes (0, 1), class k encoded as k"}
+    assert s.columns_[-1]["why"].startswith("2 classes, numbered in sorted order: 0 → 0 (")
     assert RiverSynthStream("ConceptDriftStream", n_clients=2, n_steps=100, batch_size=2,
-                            params={"position": 150, "width": 50}).notes_ == []
+                            params={"position": 150, "width": 50}).notes_ == [
+        "ConceptDriftStream: position 150 and width 50 count samples of each client's generator (2 per step), so "
+        "the change is centred at step 75 (steps count from 0)"]
     mv = RiverSynthStream("Mv", n_clients=1, n_steps=30)
     assert {c["column"]: c["read_as"] for c in mv.columns_}["3"] == "category"
     assert mv.task_rule_ == "labels are real numbers, so a regression target → least_squares"

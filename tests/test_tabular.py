@@ -333,7 +333,8 @@ def test_default_features_drop_text_columns_and_say_why():
         {"column": "x1", "read_as": "number", "why": "numbers"},
         {"column": "x2", "read_as": "dropped",
          "why": "numbers with text among them (1 text cell, row 2: 'abc'); fix or remove those rows"},
-        {"column": "y", "read_as": "label", "why": "2 classes (0, 1), class k encoded as k"},
+        {"column": "y", "read_as": "label", "why": "2 classes, numbered in sorted order: 0 → 0 (3 rows), 1 → 1 "
+                                                    "(3 rows); class 1 (1) is the positive class"},
     ]
 
 
@@ -427,7 +428,8 @@ def test_standardize_label_z_scores_a_regression_target():
     sd = math.sqrt(12500.0)                    # population standard deviation of 100..400
     np.testing.assert_allclose(y[:, 0, 0], [-150 / sd, -50 / sd, 50 / sd, 150 / sd], rtol=1e-15)
     assert (s.label_mean_, s.label_scale_) == (250.0, pytest.approx(sd, rel=1e-15))
-    assert s.columns_[1]["why"] == "regression target, z-scored (mean 250, standard deviation 111.8)"
+    assert s.columns_[1]["why"] == ("regression target, 4 values from 100 to 400, z-scored with mean 250 and "
+                                    "standard deviation 111.8")
     with pytest.raises(ValueError) as err:
         TableStream(table.assign(y=[0, 1, 0, 1]), label="y", standardize_label=True)
     assert str(err.value) == ("standardize_label needs a least_squares label; label 'y' is read as classes "
@@ -483,3 +485,78 @@ def test_replay_paces_by_the_time_column_as_the_stream_orders_it(tmp_path):
     X, _, _, _ = _collect(stream)
     np.testing.assert_array_equal(X[:, 0, 0, 0], [2.0, 3.0, 1.0])
     np.testing.assert_array_equal(step_times(cfg, stream), [10.0, 30.0, 60.0])
+
+
+# ---- second new-user break test: values exactly right or refused ---------------------------------------------
+def test_thousands_separators_read_exactly_or_refused(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text('a,b,name\n"1,170.3",1,"Smith, J"\n"12,000",2,x\n-5.5,3,y\n"-1,234,567",4,z\n')
+    table = load_table_file(path, thousands=",")
+    assert table["a"].tolist() == [1170.3, 12000.0, -5.5, -1234567.0]
+    assert table["name"].tolist() == ["Smith, J", "x", "y", "z"]          # text with commas stays text
+    assert load_table_file(path)["a"].tolist() == ["1,170.3", "12,000", "-5.5", "-1,234,567"]   # not declared
+    for cell in ["1,2345", "0,001", "1,,000", "1,000,"]:     # pandas' own option reads these as 12345, 1, 1000, 1000
+        path.write_text(f'a,b\n"1,170.3",1\n"{cell}",2\n')
+        with pytest.raises(ValueError) as err:
+            load_table_file(path, thousands=",")
+        assert str(err.value) == (f"Column 'a' row 2: '{cell}' is not a number with thousands separator ',' (a first "
+                                  f"group of 1-3 digits, then groups of exactly 3); fix the cell or remove "
+                                  f"source.thousands.")
+    with pytest.raises(ValueError) as err:
+        load_table_file(path, thousands=".")
+    assert str(err.value) == ("thousands must be one of ',', \"'\", '_', ' ' (got '.'); a '.' or a digit would change "
+                              "the numbers' values.")
+
+
+def test_duplicate_csv_header_is_refused(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("x1,x1,y\n1,2,0\n")
+    with pytest.raises(ValueError) as err:
+        load_table_file(path)
+    assert str(err.value) == f"'{path}' names the column 'x1' 2 times in its header; give every column its own name."
+
+
+def test_overflowing_standardisation_and_inf_cells_are_named():
+    table = pd.DataFrame({"x1": [1e308, -1e308, 1e308, -1e308], "x2": [1.0, 2, 3, 4], "y": [0.5, 1.5, 2.5, 3.7]})
+    with pytest.raises(ValueError) as err:
+        TableStream(table, label="y", n_clients=1)
+    assert str(err.value) == ("Feature 'x1' cannot be standardised: its values are so large that its mean or standard "
+                              "deviation overflows float64 (mean 0, standard deviation inf, largest magnitude 1e+308); "
+                              "rescale the column (other units) before streaming.")
+    with pytest.raises(ValueError) as err:
+        TableStream(table.assign(x1=[1.0, 2, 3, 4], x2=[1.0, math.inf, 3, -math.inf]), label="y", n_clients=1)
+    assert str(err.value) == ("Column 'x2' has 2 infinite values (first at row 2: inf); drop or clip them before "
+                              "streaming.")
+    with pytest.raises(ValueError) as err:
+        TableStream(table.assign(x1=[1.0, 2, 3, 4], x2=["1", "2", "3", "-inf"]), label="y", n_clients=1)
+    assert str(err.value) == ("Column 'x2' has 1 infinite value (first at row 4: '-inf'); drop or clip them before "
+                              "streaming.")
+
+
+def test_label_statistics_and_class_numbers_in_the_columns_report():
+    table = pd.DataFrame({"x": [1.0, 2, 3, 4, 5], "y": ["no", "yes", "yes", "no", "yes"]})
+    s = TableStream(table, label="y", n_clients=1)
+    assert s.columns_[1]["why"] == ("2 classes, numbered in sorted order: 'no' → 0 (2 rows), 'yes' → 1 (3 rows); "
+                                    "class 1 ('yes') is the positive class")
+    s = TableStream(table.assign(y=[0.5, 1.5, 2.5, 3.5, 4.5]), label="y", n_clients=1)
+    assert s.columns_[1]["why"] == ("regression target, 5 values from 0.5 to 4.5 in its own units (mean 2.5, "
+                                    "standard deviation 1.414)")
+
+
+def test_dates_as_text_in_a_feature_get_the_iso_hint():
+    table = pd.DataFrame({"x": [1.0, 2], "day": ["2024-01-01", "2024-01-02"], "y": [0, 1]})
+    with pytest.raises(ValueError) as err:
+        TableStream(table, label="y", features=["x", "day"], n_clients=1)
+    assert str(err.value) == ("Feature column 'day' holds dates as text (row 1: '2024-01-01'); a CSV's dates are read "
+                              "only in source.time_column (as ISO-8601 YYYY-MM-DD[THH:MM:SS]); as a feature, convert "
+                              "them to numbers (e.g. days) first.")
+
+
+def test_a_stream_larger_than_memory_is_refused_before_allocating(monkeypatch):
+    monkeypatch.setattr(tabular, "available_memory", lambda: 100)
+    table = pd.DataFrame({"x": [1.0, 2, 3, 4], "y": [0.5, 1.5, 2.5, 3.5]})
+    with pytest.raises(ValueError) as err:
+        TableStream(table, label="y", n_clients=2)
+    assert str(err.value) == ("The stream needs 128 bytes of memory (T = 2 steps × M = 2 clients × b = 1 × d = 2 "
+                              "features, 8 bytes each) and 100 bytes is free; use fewer rows or features, or a "
+                              "smaller table.")

@@ -52,7 +52,7 @@ def build_stream(cfg: ExperimentConfig):
     else:
         table, label = load_table_file(src.path, thousands=src.thousands), src.label
     stream = TableStream(table, label=label, features=src.features, n_clients=src.clients, split=src.split.kind,
-                         client_column=src.split.column, alpha=src.split.alpha, time_column=src.time_column,
+                         client_column=src.split.column, alpha=0.5 if src.split.alpha is None else src.split.alpha, time_column=src.time_column,
                          batch_size=b, seed=cfg.seed, task=src.task, standardize=src.standardize,
                          intercept=src.intercept, max_steps=cfg.steps,
                          prior_shift=None if src.prior_shift is None else src.prior_shift.model_dump(),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import numbers
 from typing import Iterator
 
@@ -74,6 +75,9 @@ def _is_int(v) -> bool:
     return isinstance(v, numbers.Integral) and not _is_bool(v)
 
 
+_EXP_MAX = 709.0     # math.exp(x) overflows for x > 709.78
+
+
 def _check_params(cls: type, params: dict) -> None:
     """Refuse, before drawing, parameter values River accepts but then fails on while drawing."""
     name, p = cls.__name__, _effective(cls, params)
@@ -83,12 +87,32 @@ def _check_params(cls: type, params: dict) -> None:
             bad = f"position must be an int >= 0 (the sample at the middle of the change); got {p.get('position')!r}"
         elif p.get("alpha") is None and not (_is_int(p.get("width")) and p["width"] >= 1):
             bad = f"width must be an int >= 1 (the number of samples the change takes); got {p.get('width')!r}"
+        else:
+            a = p.get("alpha")
+            width = p["width"] if a is None else (max(1, int(1 / math.tan(a * math.pi / 180)))
+                                                  if isinstance(a, numbers.Real) and 0 < a <= 90 else None)
+            if width is not None and 4.0 * p["position"] / width > _EXP_MAX:
+                need = math.ceil(4.0 * p["position"] / _EXP_MAX)
+                bad = (f"width {width} is too narrow for position {p['position']}: River draws the new concept with "
+                       f"probability 1/(1 + exp(4·(position − i)/width)), which overflows for 4·position/width > "
+                       f"{_EXP_MAX:g}; use width >= {need}")
     elif name == "Hyperplane":
         nf, nd = p.get("n_features"), p.get("n_drift_features")
         if _is_int(nf) and _is_int(nd) and not 0 <= nd <= nf:
             bad = f"n_drift_features must be between 0 and n_features ({nf}); got {nd!r}"
     if bad:
         raise ValueError(f"Invalid params for river.datasets.synth.{name}: {bad}.")
+
+
+def _plain_error(err: Exception) -> str:
+    """River's message in words, without Python's exception class name (e.g. ``math range error`` → overflow)."""
+    text = " ".join(str(err).split()) or "no message"
+    what = {OverflowError: "a number overflowed", ZeroDivisionError: "a division by zero",
+            IndexError: "an index out of range", MemoryError: "out of memory"}
+    for kind, words in what.items():
+        if isinstance(err, kind):
+            return f"{words} ({text})"
+    return text
 
 
 def _signature(name: str, params: dict) -> str:
@@ -285,7 +309,7 @@ class RiverSynthStream(Stream):
                 got = list(gen.take(per_gen))
             except Exception as err:    # River's own failure; say which generator and settings
                 raise ValueError(f"River generator {_signature(cls.__name__, params)} failed while drawing samples: "
-                                 f"{type(err).__name__}: {err}") from None
+                                 f"{_plain_error(err)}") from None
             if len(got) < per_gen:
                 raise ValueError(
                     f"River generator {cls.__name__} produced only {len(got)} samples but {per_gen} are needed; "
@@ -344,9 +368,12 @@ class RiverSynthStream(Stream):
             if standardize_label:
                 label_mean, label_scale = float(yflat.mean()), float(yflat.std()) or 1.0
                 yflat = (yflat - label_mean) / label_scale
-            report.append({"column": "y", "read_as": "label", "why": "regression target" + (
-                f", z-scored (mean {label_mean:.4g}, standard deviation {label_scale:.4g})" if standardize_label
-                else f" in its own units (mean {yflat.mean():.4g}, standard deviation {yflat.std():.4g})")})
+            raw = np.asarray(labels, dtype=np.float64)
+            report.append({"column": "y", "read_as": "label", "why": (
+                f"regression target, {len(raw)} values from {raw.min():.4g} to {raw.max():.4g}" + (
+                    f", z-scored with mean {label_mean:.4g} and standard deviation {label_scale:.4g}"
+                    if standardize_label else f" in its own units (mean {yflat.mean():.4g}, standard deviation "
+                                              f"{yflat.std():.4g})"))})
         else:
             if standardize_label:
                 raise ValueError(f"standardize_label needs a least_squares label; {cls.__name__}'s labels are "
@@ -372,9 +399,12 @@ class RiverSynthStream(Stream):
             code = {c: i for i, c in enumerate(classes)}
             yflat = np.asarray([code[v] for v in labels], dtype=np.float64)
             n_classes = K if task == "softmax" else 1
+            counts = np.bincount(yflat.astype(np.int64), minlength=K)
+            shown = ", ".join(f"{c!r} → {k} ({counts[k]} sample{'s' if counts[k] != 1 else ''})"
+                              for k, c in enumerate(classes[:8])) + (f", ... ({K - 8} more)" if K > 8 else "")
             report.append({"column": "y", "read_as": "label",
-                           "why": f"{K} classes ({', '.join(repr(c) for c in classes[:8])}"
-                                  f"{', ...' if K > 8 else ''}), class k encoded as k"})
+                           "why": f"{K} classes, numbered in sorted order: {shown}"
+                                  + (f"; class 1 ({classes[1]!r}) is the positive class" if task == "logistic" else "")})
         if rule is not None:
             rule += f" → {task}"
 
@@ -383,6 +413,15 @@ class RiverSynthStream(Stream):
         position = _effective(cls, params).get("position")
         late = [p for p in (position if isinstance(position, (tuple, list)) else [position])
                 if _is_int(p) and p >= per_gen]
+        inside = [p for p in (position if isinstance(position, (tuple, list)) else [position])
+                  if _is_int(p) and p < per_gen]
+        if inside and cls.__name__ == "ConceptDriftStream":
+            w = _effective(cls, params).get("width")
+            per = "client" if not shared_concept else "run (one generator shared by all clients)"
+            step = inside[0] // (b * (M if shared_concept else 1))
+            notes.append(f"ConceptDriftStream: position {inside[0]} and width {w} count samples of each {per}'s "
+                         f"generator ({b * (M if shared_concept else 1)} per step), so the change is centred at "
+                         f"step {step} (steps count from 0)")
         if late:
             notes.append(f"{cls.__name__}'s drift position{'s' if len(late) > 1 else ''} "
                          f"{', '.join(map(str, late))} {'are' if len(late) > 1 else 'is'} at or after sample "

@@ -261,10 +261,113 @@ def load_table_file(path: str | os.PathLike, thousands: str | None = None) -> pd
         raise FileNotFoundError(f"Table file {str(path)!r} does not exist.")
     if thousands is not None and kind != "CSV":
         raise ValueError(f"thousands applies to CSV files only; {str(path)!r} is a Parquet file with typed columns.")
+    if thousands is not None and thousands not in THOUSANDS:
+        raise ValueError(f"thousands must be one of {', '.join(repr(t) for t in THOUSANDS)} (got {thousands!r}); "
+                         f"a '.' or a digit would change the numbers' values.")
+    check_fits_memory(p)
     try:
-        return pd.read_csv(p, thousands=thousands) if kind == "CSV" else pd.read_parquet(p)
+        if kind == "CSV":
+            header = pd.read_csv(p, nrows=1, header=None)
+            names = [str(v) for v in header.iloc[0].tolist()] if len(header) else []
+            twice = [n for n in dict.fromkeys(names) if names.count(n) > 1]
+            if twice:
+                raise _DuplicateHeader(f"{str(path)!r} names the column {twice[0]!r} {names.count(twice[0])} times in "
+                                       f"its header; give every column its own name.")
+            table = pd.read_csv(p)
+        else:
+            table = pd.read_parquet(p)
+    except _DuplicateHeader as err:
+        raise ValueError(str(err)) from None
+    except MemoryError:
+        raise MemoryError(f"{str(path)!r} does not fit in memory ({_gb(p.stat().st_size)} on disk); a file source "
+                          f"is read whole: use a smaller extract.") from None
     except Exception as err:  # parse errors come in many types
         raise ValueError(f"Could not read {str(path)!r} as {kind}: {err}") from err
+    if thousands is not None:
+        table = _read_thousands(table, thousands)
+    return table
+
+
+class _DuplicateHeader(ValueError):
+    pass
+
+
+#: Thousands separators ``source.thousands`` accepts: none of them can be part of a plain number.
+THOUSANDS = (",", "'", "_", " ")
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{int(n)} bytes"
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to this process now (Linux: MemAvailable), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_fits_memory(path: Path) -> None:
+    """Refuse, before reading, a table file larger than the memory available.
+
+    A table is read whole and then copied into the stream's (T, M, b, d)
+    arrays, so a file needs about as much memory as its size on disk (more
+    for compressed CSV and Parquet). Raises ``ValueError`` (one line with
+    both sizes) when the file is larger than half the available memory.
+    """
+    size = path.stat().st_size
+    if path.name.lower().endswith((".gz", ".parquet", ".pq")):
+        size *= 5                         # compressed: a few times larger once read
+    free = available_memory()
+    if free is not None and size > free / 2:
+        raise ValueError(f"{str(path)!r} is too large for the memory available: reading it needs about {_gb(size)} "
+                         f"and {_gb(free)} is free; a file source is read whole into memory, so use a smaller "
+                         f"extract or a machine with more memory.")
+
+
+def _read_thousands(table: pd.DataFrame, sep: str) -> pd.DataFrame:
+    """Text columns of numbers written with thousands separator ``sep`` → numbers, exactly or not at all.
+
+    A cell holding ``sep`` is a number only if its digit groups are right:
+    a first group of 1–3 digits not starting with 0, then groups of exactly
+    3 (``1,170.3``, ``-12,000``); pandas' own ``thousands`` option would read
+    ``1,2345`` as 12345 and ``0,001`` as 1. A column whose cells are all
+    numbers apart from badly grouped ones is refused (``ValueError`` naming
+    the column, the row counted from 1 and the cell); text columns (cells
+    with letters) are left as they are.
+    """
+    q = re.escape(sep)
+    grouped = re.compile(rf"^\s*[+-]?[1-9]\d{{0,2}}(?:{q}\d{{3}})+(?:\.\d*)?(?:[eE][+-]?\d+)?\s*$")
+    numeric = re.compile(rf"^\s*[+-]?[\d{q}.]+(?:[eE][+-]?\d+)?\s*$")
+    out = table.copy()
+    for col in table.columns:
+        s = table[col]
+        if not (pd.api.types.is_object_dtype(s) or pd.api.types.is_string_dtype(s)):
+            continue
+        text = s.map(lambda v: isinstance(v, str))
+        cells = s[text].astype(str)
+        with_sep = cells.str.contains(sep, regex=False)
+        if not with_sep.any():
+            continue
+        if not cells.str.match(numeric).all():
+            continue                                   # text with separators in it (names, addresses)
+        as_text = s.where(text, "").astype(str)
+        bad = (text & as_text.str.contains(sep, regex=False) & ~as_text.str.match(grouped)).to_numpy()
+        if bad.any():
+            pos = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"Column {col!r} row {pos + 1}: {_cell(s.iloc[pos])} is not a number with thousands "
+                             f"separator {sep!r} (a first group of 1-3 digits, then groups of exactly 3); fix the cell "
+                             f"or remove source.thousands.")
+        numbers = pd.to_numeric(s.where(~text, s[text].astype(str).str.replace(sep, "", regex=False)),
+                                errors="coerce")
+        if (numbers.notna() | s.isna()).all():
+            out[col] = numbers.astype(np.float64)
+    return out
 
 
 # --------------------------------------------------------------------------- #
@@ -338,8 +441,14 @@ def _read_text(col: pd.Series) -> tuple[str, str, pd.Series | None]:
     return "stray", f"{n_text} text cell{'s' if n_text > 1 else ''}, {where}", None
 
 
+_DATE = re.compile(r"^\s*\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d*)?)?)?\s*$")
+
+
 def _text_problem(kind: str, detail: str) -> str:
     """Why a text column cannot be a numeric feature, and how to fix it (one phrase)."""
+    if kind == "text" and _DATE.match(detail.split(": ", 1)[-1].strip("'\"")):
+        return (f"dates as text ({detail}); a CSV's dates are read only in source.time_column (as ISO-8601 "
+                f"YYYY-MM-DD[THH:MM:SS]); as a feature, convert them to numbers (e.g. days) first")
     if kind == "thousands":
         return f"numbers written with thousands separators ({detail}); set source.thousands: ','"
     if kind == "stray":
@@ -669,6 +778,8 @@ class TableStream(Stream):
                 elif features is None:
                     report[col] = _column_entry(col, "dropped", _text_problem(kind, detail) if detail !=
                                                 "complex numbers" else "complex numbers")
+                elif kind == "text" and "dates as text" in _text_problem(kind, detail):
+                    raise ValueError(f"Feature column {col!r} holds {_text_problem(kind, detail)}.")
                 elif kind == "text":
                     raise ValueError(f"Feature column {col!r} holds text ({detail}); list it in categorical to "
                                      f"one-hot encode it, or leave it out of features.")
@@ -689,6 +800,19 @@ class TableStream(Stream):
                 raise ValueError(f"Column {col!r} has {int(missing.sum())} missing values (first at row "
                                  f"{int(np.flatnonzero(missing)[0]) + 1}; a CSV's empty cells and NA, N/A, n/a, null, "
                                  f"NaN, None are missing); drop or impute them before streaming.")
+            kind_numbers = readers.get(col, (None, None))
+            if col in readers and kind_numbers[0] != "number":
+                continue
+            values = kind_numbers[1] if kind_numbers[1] is not None else table[col]
+            if not _is_number(values):
+                continue
+            infinite = np.isinf(values.to_numpy(dtype=np.float64))
+            if infinite.any():
+                r = int(np.flatnonzero(infinite)[0])
+                role = "Label column" if col == label else "Column"
+                raise ValueError(f"{role} {col!r} has {int(infinite.sum())} infinite value"
+                                 f"{'s' if infinite.sum() > 1 else ''} (first at row {r + 1}: "
+                                 f"{_cell(table[col].iloc[r])}); drop or clip them before streaming.")
 
         # ---- stream order ----------------------------------------------------
         data = table[used].reset_index(drop=True)
@@ -713,18 +837,23 @@ class TableStream(Stream):
                 block, block_names = days.to_numpy(dtype=np.float64)[:, None], [str(col)]
             else:
                 values = (c if numbers is None else pd.to_numeric(c)).to_numpy(dtype=np.float64)
-                n_inf = int(np.isinf(values).sum())
-                if n_inf:
-                    raise ValueError(f"Column {col!r} has {n_inf} infinite values; drop or clip them before streaming.")
                 block, block_names = values[:, None], [str(col)]
             blocks.append(block)
             names.extend(block_names)
         Xraw = np.concatenate(blocks, axis=1)
         if standardize:
-            mean = Xraw.mean(axis=0)
-            scale = Xraw.std(axis=0)
-            scale[~(scale > 0)] = 1.0
-            Xraw = (Xraw - mean) / scale
+            with np.errstate(over="ignore", invalid="ignore"):
+                mean = Xraw.mean(axis=0)
+                scale = Xraw.std(axis=0)
+                scale[scale == 0] = 1.0
+                Xraw = (Xraw - mean) / scale
+            broken = ~(np.isfinite(mean) & np.isfinite(scale) & np.isfinite(Xraw).all(axis=0))
+            if broken.any():
+                j = int(np.flatnonzero(broken)[0])
+                raise ValueError(f"Feature {names[j]!r} cannot be standardised: its values are so large that its "
+                                 f"mean or standard deviation overflows float64 (mean {mean[j]:g}, standard deviation "
+                                 f"{scale[j]:g}, largest magnitude {np.abs(np.concatenate(blocks, axis=1)[:, j]).max():g}"
+                                 f"); rescale the column (other units) before streaming.")
         else:
             mean, scale = np.zeros(Xraw.shape[1]), np.ones(Xraw.shape[1])
         if intercept:
@@ -770,14 +899,16 @@ class TableStream(Stream):
             yall = ycol.to_numpy(dtype=np.float64)
             if not np.isfinite(yall).all():
                 raise ValueError(f"Label column {label!r} has {int((~np.isfinite(yall)).sum())} infinite values.")
+            low, high = yall.min(), yall.max()
             if standardize_label:
                 label_mean, label_scale = float(yall.mean()), float(yall.std())
                 label_scale = label_scale if label_scale > 0 else 1.0
                 yall = (yall - label_mean) / label_scale
             classes, n_classes = None, 1
-            why = "regression target" + (f", z-scored (mean {label_mean:.4g}, standard deviation {label_scale:.4g})"
-                                         if standardize_label else f" in its own units (mean {yall.mean():.4g}, "
-                                                                   f"standard deviation {yall.std():.4g})")
+            why = (f"regression target, {len(yall)} values from {low:.4g} to {high:.4g}"
+                   + (f", z-scored with mean {label_mean:.4g} and standard deviation {label_scale:.4g}"
+                      if standardize_label else f" in its own units (mean {yall.mean():.4g}, standard deviation "
+                                                f"{yall.std():.4g})"))
         else:
             if standardize_label:
                 raise ValueError(f"standardize_label needs a least_squares label; label {label!r} is read as classes"
@@ -792,8 +923,11 @@ class TableStream(Stream):
                 raise ValueError(f"task='logistic' needs 2 classes but label column {label!r} has {K}.")
             yall = pd.Categorical(ycol, categories=classes).codes.astype(np.float64)
             n_classes = K if task == "softmax" else 1
-            shown = ", ".join(_cell(v) for v in classes[:8]) + (", ..." if K > 8 else "")
-            why = f"{K} classes ({shown}), class k encoded as k"
+            counts = np.bincount(yall.astype(np.int64), minlength=K)
+            shown = ", ".join(f"{_cell(v)} → {k} ({counts[k]} row{'s' if counts[k] != 1 else ''})" for k, v in enumerate(classes[:8])) \
+                + (f", ... ({K - 8} more)" if K > 8 else "")
+            why = f"{K} classes, numbered in sorted order: {shown}" + (
+                f"; class 1 ({_cell(classes[1])}) is the positive class" if task == "logistic" else "")
             classes = np.asarray(classes)
         if rule is not None:
             rule += f" → {task}"
@@ -845,6 +979,12 @@ class TableStream(Stream):
         steps = np.minimum(full, T)
         n_truncated = int(((full - steps) * b).sum())
         M = n_clients
+        need = T * M * b * (Xraw.shape[1] + 2) * 8
+        free = available_memory()
+        if free is not None and need > free:
+            raise ValueError(f"The stream needs {_gb(need)} of memory (T = {T} steps × M = {M} clients × b = {b} × "
+                             f"d = {Xraw.shape[1]} features, 8 bytes each) and {_gb(free)} is free; use fewer rows or "
+                             f"features, or a smaller table.")
         index = np.zeros((T, M, b), dtype=np.int64)
         mask = np.zeros((T, M), dtype=bool)
         for m, rows in enumerate(client_rows):

@@ -118,9 +118,11 @@ def claim_run_dir(cfg: ExperimentConfig, run_dir: Path | None = None):
 
     ``path`` is ``run_dir`` (relative to the current folder), or a new
     ``<output.dir>/<name>-<timestamp>``; it is returned absolute. ``undo``
-    deletes the folder if it was new or empty, then the parent folders this
-    call had to create, as long as they are empty: a failed run leaves
-    nothing behind.
+    deletes what the run created and nothing else: the folder if this call
+    created it, else only the entries that were not there before (a
+    pre-existing ``--out`` folder stays, with whatever the user had in it),
+    then the parent folders this call had to create, as long as they are
+    empty: a failed run leaves the disk as it found it.
     """
     if run_dir:
         check_folder(Path(run_dir), "--out")    # the error names the folder as the user wrote it
@@ -130,12 +132,19 @@ def claim_run_dir(cfg: ExperimentConfig, run_dir: Path | None = None):
     while not p.exists():
         top, p = p, p.parent
     path = target if run_dir else new_run_dir(cfg)
-    fresh = not path.exists() or not any(path.iterdir())
+    existed = bool(run_dir) and path.is_dir()        # new_run_dir has just created its folder
+    before = set(path.iterdir()) if existed else set()
     make_dir(path, "--out")
 
     def undo() -> None:
-        if fresh:
+        if not existed:
             shutil.rmtree(path, ignore_errors=True)
+        else:                             # the user's folder: remove only what the run put there
+            for entry in set(path.iterdir()) - before:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
         if top is not None:
             p = path.parent
             while p.is_relative_to(top):

@@ -114,13 +114,15 @@ def header_lines(inputs: dict) -> list[str]:
     ...                    "numbers (at most 10), so classes → softmax"},
     ...           "columns": [{"column": "x1", "read_as": "number", "why": "numbers"},
     ...                       {"column": "x2", "read_as": "dropped", "why": "text (row 2: 'abc')"},
-    ...                       {"column": "y", "read_as": "label", "why": "3 classes"}],
+    ...                       {"column": "y", "read_as": "label", "why": "3 classes, numbered in sorted order: "
+    ...                        "1 → 0 (2 rows), 2 → 1 (2 rows), 3 → 2 (1 row)"}],
     ...           "rows": {"read": 5, "streamed": 4, "dropped_incomplete_batches": 1, "beyond_steps": 0},
     ...           "idle_clients": [], "notes": ["1 row not streamed"]}
     >>> print("\\n".join(header_lines(inputs)))
     input: file data.csv → T = 2 steps, M = 2 clients, d = 2 features, b = 2
     task: softmax, inferred: label 'y' holds 3 distinct whole numbers (at most 10), so classes → softmax
-    columns: number x1 · label y (3 classes)
+    columns: number x1 · label y
+    label y: 3 classes, numbered in sorted order: 1 → 0 (2 rows), 2 → 1 (2 rows), 3 → 2 (1 row)
     dropped column x2: text (row 2: 'abc')
     rows: 5 read, 4 streamed
     note: 1 row not streamed
@@ -137,12 +139,12 @@ def header_lines(inputs: dict) -> list[str]:
         cols = [c for c in inputs["columns"] if c["read_as"] == kind]
         if not cols:
             continue
-        if kind == "label":
-            groups.append("label " + ", ".join(f"{c['column']} ({c['why'].split(' (')[0]})" for c in cols))
-        else:
-            groups.append(f"{kind} {_names([c['column'] for c in cols])}")
+        groups.append(f"{kind} {_names([c['column'] for c in cols])}")
     if groups:
         lines.append("columns: " + " · ".join(groups))
+    for c in inputs["columns"]:
+        if c["read_as"] == "label":       # what was read for the label: classes and their numbers, or the range
+            lines.append(f"label {c['column']}: {c['why']}")
     for c in inputs["columns"]:
         if c["read_as"] == "dropped":
             lines.append(f"dropped column {c['column']}: {c['why']}")

@@ -213,15 +213,11 @@ def run_seeds(cfg, out: Path | None = None, n: int | None = None, console=None, 
     first failing seed; the parent folder is then removed if this call
     created it.
     """
-    import shutil
-
     from rich.progress import Progress
 
-    from .experiment import new_run_dir
+    from .experiment import claim_run_dir
     n = n or cfg.seeds
-    root = Path(out) if out else new_run_dir(cfg)
-    fresh = not root.exists() or not any(root.iterdir())
-    root.mkdir(parents=True, exist_ok=True)
+    root, undo = claim_run_dir(cfg, out)
     want_plots = cfg.output.plots if plots is None else plots
     configs = seed_configs(cfg, n)
     dirs = [root / f"seed-{c.seed}" for c in configs]
@@ -238,6 +234,5 @@ def run_seeds(cfg, out: Path | None = None, n: int | None = None, console=None, 
             merged["plots"] = [str(p) for p in render_run(root)]
         return merged
     except BaseException:
-        if fresh:
-            shutil.rmtree(root, ignore_errors=True)
+        undo()                  # only what this run created: a pre-existing --out folder stays
         raise

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..config import apply_override, config_data, dump_config, parse_config
 from ..generators.build import build_stream
-from .experiment import _jsonable, new_run_dir
+from .experiment import _jsonable, claim_run_dir
 from .header import describe_inputs, header_lines
 from .seeds import run_pool, summarize_seeds, t_band, t_interval
 
@@ -135,6 +135,15 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plo
     ``rows`` (one per combination) and ``agreement`` (None when it cannot be
     measured).
     """
+    root, undo = claim_run_dir(cfg, out)
+    try:
+        return _sweep(cfg, root, console, live, plots, workers)
+    except BaseException:
+        undo()                  # only what this sweep created: a pre-existing --out folder stays
+        raise
+
+
+def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: int | None) -> dict:
     from rich.progress import Progress
 
     from ..report.plots import plot_regime_agreement, plot_sweep, render_run
@@ -143,8 +152,6 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plo
     sweep_plots = True if plots is None else bool(plots)
     plots = sweep_plots and cfg.output.plots          # each run's plots
     n_seeds = cfg.seeds
-    root = Path(out) if out else new_run_dir(cfg)
-    root.mkdir(parents=True, exist_ok=True)
     base = config_data(cfg)
     (root / "config.yaml").write_text(dump_config(cfg))
     base.pop("sweep")
