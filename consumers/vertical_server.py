@@ -30,6 +30,7 @@ from pathlib import Path
 def main() -> int:
     import torch
 
+    from streamfl.compression import dither_key
     from streamfl.transport.topics import dead_letter_headers, dead_letter_value, key_of, make_producer
     from streamfl.transport.vertical import (VerticalTopics, VType, decode, encode_batch, encode_relay, encode_stop,
                                              reader)
@@ -58,7 +59,7 @@ def main() -> int:
     ends: dict[str, int] = {}
     embeds: dict[int, dict[int, bytes]] = {}
     dead: dict[str, int] = {}
-    rows, state = [], {"r": 0, "n": 0, "cum": 0.0, "up": 0, "down": 0, "control": 0}
+    rows, state = [], {"r": 0, "n": 0, "cum": 0.0, "up": 0, "down": 0, "control": 0, "B": None}
 
     def reject(rec, reason, detail):
         producer.send(topics.dead, value=dead_letter_value(rec.value), key=rec.key, partition=0,
@@ -86,6 +87,14 @@ def main() -> int:
             if not 1 <= m <= M or r != state["r"] or m in embeds.get(r, {}):
                 return reject(rec, "unexpected_embedding", f"EMBED of party {m} for round {r} while the server "
                                                            f"waits for round {state['r']}")
+            try:                # a payload this round's decoder cannot read would stop the server: refuse it here
+                key = dither_key(cfg.seed, m, r) if cm.dithered else None
+                shape = cm.decode(payload, key).shape
+            except ValueError as e:
+                return reject(rec, "bad_payload", f"EMBED of party {m}, round {r}: {e}")
+            if shape != (state["B"], cfg.embedding):
+                return reject(rec, "bad_payload", f"EMBED of party {m}, round {r} has shape {shape}, expected "
+                                                  f"({state['B']}, {cfg.embedding})")
             embeds.setdefault(r, {})[m] = payload
             return
         if kind == "end":
@@ -109,6 +118,7 @@ def main() -> int:
 
     def run_round(batch):
         r = state["r"]
+        state["B"] = len(batch)
         msg = encode_batch(r, batch.ids)
         producer.send(topics.down, value=msg, key=key_of(r), partition=0)
         producer.flush()

@@ -138,8 +138,11 @@ def round_row(r: int, n: int, losses: np.ndarray, bytes_up: int, bytes_down: int
             "bytes_up": int(bytes_up), "bytes_down": int(bytes_down)}
 
 
-def run_embedded(cfg: VerticalConfig) -> list[dict]:
-    """The streaming C-VFL run in one process: one metrics row per round (see :func:`round_row`)."""
+def run_embedded(cfg: VerticalConfig, on_round=None) -> list[dict]:
+    """The streaming C-VFL run in one process: one metrics row per round (see :func:`round_row`).
+
+    ``on_round(row)``, if given, is called after every round (the live view).
+    """
     import torch
 
     from .cvfl import CVFL
@@ -155,6 +158,8 @@ def run_embedded(cfg: VerticalConfig) -> list[dict]:
         n += len(rep.sample_losses)
         cum += float(rep.sample_losses.sum())
         rows.append(round_row(rep.round, n, rep.sample_losses, rep.bytes_up_total, rep.bytes_down_total, cum))
+        if on_round is not None:
+            on_round(rows[-1])
     return rows
 
 

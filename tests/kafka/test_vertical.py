@@ -53,6 +53,7 @@ def test_vertical_kafka_equals_embedded_and_dead_letters_bad_records(tmp_path):
         # the same row as the producer's: it is kept, the producer's copy is the duplicate
         p.send(topics.party(3), value=encode_row(data.parts[2][0]), key=key_of(first), partition=0)
         p.send(topics.up, value=encode_embed(7, 1, b"x"), key=key_of(1), partition=0)               # unexpected round
+        p.send(topics.up, value=encode_embed(0, 2, b"\x01\x02"), key=key_of(2), partition=0)      # bad_payload
         p.flush()
         p.close()
         seen["dead"] = topics.dead
@@ -64,6 +65,6 @@ def test_vertical_kafka_equals_embedded_and_dead_letters_bad_records(tmp_path):
     pd.testing.assert_frame_equal(kafka, embedded, check_exact=True, check_dtype=False)   # loss and bytes, every round
     assert (summary["bytes_up"], summary["bytes_down"]) == (embedded["bytes_up"].iloc[-1], embedded["bytes_down"].iloc[-1])
     want = Counter(["bad_magic", "bad_width", "non_finite", "bad_key", "bad_label", "duplicate_id",
-                    "unexpected_embedding"])
+                    "unexpected_embedding", "bad_payload"])
     assert Counter(summary["dead_letters"]) == want
     assert Counter(_dead_letters(seen["dead"])) == want
