@@ -89,15 +89,16 @@ class Federated:
         payloads count (the others' rows have weight 0 in the average).
 
         Without a compressor every client sends its model as float64 (lossless:
-        the server averages exactly ``W``). With compressor C, client m sends
+        the server averages exactly ``W``; all these payloads have one length, so one is encoded). With compressor C, client m sends
         C(x_m − x̄_prev), the change of its model since the last global model, with the dither key
         (seed, m + 1, round); the server decodes and averages x̄_prev + Ĉ(·).
         """
         from ..compression import NoCompression, dither_key
         W = self.clients.W
         if self.compressor is None:
-            payloads = NoCompression("float64").encode_batch(W)
-            self.bytes_up += sum(len(p) for p, s in zip(payloads, seen) if s > 0)
+            # every model has the same shape, so every float64 payload has the same length (fixed header,
+            # 8 bytes per value): one payload is encoded and counted once per client taking part
+            self.bytes_up += int(np.count_nonzero(seen > 0)) * len(NoCompression("float64").encode(W[0]))
             return W
         c = self.compressor
         keys = [dither_key(self.seed, m + 1, self.rounds) for m in range(W.shape[0])] if c.dithered else None
