@@ -175,6 +175,10 @@ class RegretTracker:
             self.dynamic_method = "exact at every step"
 
     # ------------------------------------------------------------------ per chunk
+    def count_bytes(self, up: np.ndarray, down: np.ndarray) -> None:
+        """The next chunk's cumulative bytes up and down after each step, (n,) int each (see :meth:`update`)."""
+        self._comm = (up, down)
+
     def update(self, chunk, losses: dict, models: np.ndarray, comm=None) -> pd.DataFrame:
         """Count one chunk of steps.
 
@@ -187,7 +191,8 @@ class RegretTracker:
             The main learner's played models x_{t,m}.
         comm : pair of int ndarrays (n,), optional
             The main learner's cumulative bytes up and down (payload lengths) after each step;
-            written as the columns ``bytes_up`` and ``bytes_down``.
+            written as the columns ``bytes_up`` and ``bytes_down``. Default: what
+            :meth:`count_bytes` gave for this chunk, if anything.
 
         Returns
         -------
@@ -339,6 +344,8 @@ class RegretTracker:
         self.client_last = {"static": None if client_regret is None else client_regret[-1].copy(),
                             "expected": None if client_expected is None else client_expected[-1].copy(),
                             "dynamic": None if client_dynamic is None else client_dynamic[-1].copy()}
+        if comm is None:
+            comm, self._comm = getattr(self, "_comm", None), None
         if comm is not None:
             cols["bytes_up"], cols["bytes_down"] = comm
             self.state.bytes_up, self.state.bytes_down = int(comm[0][-1]), int(comm[1][-1])

@@ -77,6 +77,8 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
             if bad.any():
                 t = chunk.t0 + int(np.argmax(bad)) + 1
                 raise DivergenceError(divergence_message(name, t))
-        tracker.update(chunk, losses, played, (up, down) if counted else None)
+        if counted and hasattr(tracker, "count_bytes"):
+            tracker.count_bytes(up, down)
+        tracker.update(chunk, losses, played)
         if on_chunk is not None:
             on_chunk(tracker)
