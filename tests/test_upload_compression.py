@@ -63,3 +63,13 @@ def test_compression_over_kafka_is_refused_with_a_reason():
     from streamfl.transport.spec import kafka_unsupported
     cfg = tiny({"kind": "scalar", "bits": 2})
     assert "learner.compression runs embedded only" in kafka_unsupported(cfg, build_stream(cfg))
+
+
+@pytest.mark.parametrize("compression", [None, {"kind": "scalar", "bits": 2}])
+def test_a_diverging_run_stops_with_the_divergence_message_not_a_compressor_error(tmp_path, compression):
+    from streamfl.runtime.engine import DivergenceError
+    cfg = tiny(compression, steps=60)
+    cfg = cfg.model_copy(update={"learner": cfg.learner.model_copy(
+        update={"step_size": cfg.learner.step_size.model_copy(update={"eta": 1e308})})})
+    with pytest.raises(DivergenceError, match="learner 'fedsea' diverged at step t="):
+        run_experiment(cfg, tmp_path / "a", plots=False)

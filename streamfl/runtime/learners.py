@@ -98,8 +98,11 @@ class Federated:
         if self.compressor is None:
             # every model has the same shape, so every float64 payload has the same length (fixed header,
             # 8 bytes per value): one payload is encoded and counted once per client taking part
-            self.bytes_up += int(np.count_nonzero(seen > 0)) * len(NoCompression("float64").encode(W[0]))
+            # (the length depends on the shape only, so a diverged, non-finite model is counted the same)
+            self.bytes_up += int(np.count_nonzero(seen > 0)) * len(NoCompression("float64").encode(np.zeros(W.shape[1:])))
             return W
+        if not np.isfinite(W).all():
+            return W          # diverged: the engine stops the run at this step with its divergence message
         c = self.compressor
         keys = [dither_key(self.seed, m + 1, self.rounds) for m in range(W.shape[0])] if c.dithered else None
         payloads = c.encode_batch(W - self._global, keys)
@@ -109,7 +112,7 @@ class Federated:
     def _broadcast(self, global_model: np.ndarray) -> None:
         """The server sends the new global model (d, K) to each of the M clients as float64; bytes counted."""
         from ..compression import NoCompression
-        self.bytes_down += self.clients.W.shape[0] * len(NoCompression("float64").encode(global_model))
+        self.bytes_down += self.clients.W.shape[0] * len(NoCompression("float64").encode(np.zeros(global_model.shape)))
         if self._global is not None:
             self._global = np.array(global_model, copy=True)
 
