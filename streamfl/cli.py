@@ -686,5 +686,45 @@ def _file_config(config, file, label, features, client_column, time_column):
     return parse_config(data)
 
 
+
+@app.command(help=_paragraphs("""Run streaming C-VFL (vertical FL: parties hold feature slices of the same samples) from a vertical config (kind: vertical; see docs/cvfl.md).
+
+Embedded by default; with --broker, over Kafka: one topic per party carrying its slice keyed by sample id, a server that joins them by sample id, M party processes exchanging compressed embeddings with it. Writes metrics.csv (per round: prequential loss, cumulative bytes up and down) and summary.json to --out."""))
+def vertical(config: Path = typer.Option(..., "--config", "-c", help="Vertical config file (YAML or JSON, kind: vertical)."),
+             out: Path = typer.Option(..., "--out", help="Results folder, new or empty."),
+             broker: Optional[str] = typer.Option(None, "--broker", help="Run over this Kafka broker (HOST:PORT) instead of embedded."),
+             keep_topics: bool = typer.Option(False, "--keep-topics", help="With --broker: keep the run's topics."),
+             timeout: float = typer.Option(600.0, "--timeout", min=1, help="With --broker: give up after this many seconds."),
+             live: bool = typer.Option(True, "--live/--no-live", help="Embedded: print one line per round (loss, bytes).")):
+    """Streaming C-VFL, embedded or over Kafka."""
+    from .vertical.spec import load_vertical_config
+    try:
+        _check_out(out)
+        cfg = load_vertical_config(config)
+        if broker is None:
+            from .vertical.spec import run_embedded, write_results
+            def show(row):      # the live view: one line per round
+                console.print(f"round {row['round']:>4}  samples {row['samples']:>6,}  loss {row['loss']:.4f}  "
+                              f"avg loss {row['cumulative_loss'] / row['samples']:.4f}  bytes up {row['bytes_up']:,}  "
+                              f"down {row['bytes_down']:,}", highlight=False, soft_wrap=True)
+            summary = write_results(out, cfg, run_embedded(cfg, show if live else None), "embedded")
+        else:
+            from .runtime.kafka_run import KafkaRunError
+            from .runtime.vertical_kafka import run_vertical_kafka
+            from .transport.topics import BrokerUnavailable, split_bootstrap
+            split_bootstrap(broker)
+            try:
+                summary = run_vertical_kafka(cfg, broker, out, keep_topics=keep_topics, timeout=timeout)
+            except (KafkaRunError, BrokerUnavailable) as e:
+                _fail(_message(e), 1)
+    except USER_ERRORS as e:
+        _fail(_message(e))
+    console.print(f"{summary['mode']}: {summary['rounds']} rounds, {summary['samples']} samples, mean prequential "
+                  f"loss {summary['mean_loss']:.4f}, bytes up {summary['bytes_up']:,}, down {summary['bytes_down']:,}"
+                  + (f", dead letters {summary['dead_letters']}" if summary.get("dead_letters") else ""),
+                  highlight=False, soft_wrap=True)
+    console.print(f"results in {out}", highlight=False)
+
+
 if __name__ == "__main__":
     main()

@@ -336,6 +336,12 @@ class StepSizeConfig(_Model):
         return self
 
 
+class CompressionConfig(_Model):
+    """Compressor for the clients' uploads (:func:`streamfl.compression.make_compressor`); b = 32: float32."""
+    kind: Literal["none", "scalar", "lattice", "topk"]
+    bits: int = Field(ge=1, le=32)
+
+
 class LearnerConfig(_Model):
     """FedSEA's knobs."""
     tau: int | None = Field(10, ge=1)
@@ -343,6 +349,7 @@ class LearnerConfig(_Model):
     batch_size: int = Field(1, ge=1)
     radius: float | None = Field(None, gt=0)
     weighting: Literal["uniform", "samples"] = "uniform"
+    compression: CompressionConfig | None = None
 
 
 class OutputConfig(_Model):

@@ -67,6 +67,8 @@ class LiveState:
     samples: int = 0
     comparator: float = float("nan")
     consensus: float = 0.0
+    bytes_up: int | None = None        # cumulative payload bytes clients → server (None: not counted)
+    bytes_down: int | None = None      # cumulative payload bytes server → clients
 
 
 def _project_rows(x: np.ndarray, radius: float | None) -> np.ndarray:
@@ -173,7 +175,11 @@ class RegretTracker:
             self.dynamic_method = "exact at every step"
 
     # ------------------------------------------------------------------ per chunk
-    def update(self, chunk, losses: dict, models: np.ndarray) -> pd.DataFrame:
+    def count_bytes(self, up: np.ndarray, down: np.ndarray) -> None:
+        """The next chunk's cumulative bytes up and down after each step, (n,) int each (see :meth:`update`)."""
+        self._comm = (up, down)
+
+    def update(self, chunk, losses: dict, models: np.ndarray, comm=None) -> pd.DataFrame:
         """Count one chunk of steps.
 
         Parameters
@@ -183,6 +189,10 @@ class RegretTracker:
             f(x_{t,m}, ξ_{t,m}) of every learner (mini-batch mean; 0 if masked).
         models : ndarray (n, M, d, K)
             The main learner's played models x_{t,m}.
+        comm : pair of int ndarrays (n,), optional
+            The main learner's cumulative bytes up and down (payload lengths) after each step;
+            written as the columns ``bytes_up`` and ``bytes_down``. Default: what
+            :meth:`count_bytes` gave for this chunk, if anything.
 
         Returns
         -------
@@ -334,6 +344,11 @@ class RegretTracker:
         self.client_last = {"static": None if client_regret is None else client_regret[-1].copy(),
                             "expected": None if client_expected is None else client_expected[-1].copy(),
                             "dynamic": None if client_dynamic is None else client_dynamic[-1].copy()}
+        if comm is None:
+            comm, self._comm = getattr(self, "_comm", None), None
+        if comm is not None:
+            cols["bytes_up"], cols["bytes_down"] = comm
+            self.state.bytes_up, self.state.bytes_down = int(comm[0][-1]), int(comm[1][-1])
         frame = pd.DataFrame(cols)
         self._refresh_state(frame, int(present.sum()) * self.b)
         if self.sink is not None:
@@ -574,6 +589,8 @@ class RegretTracker:
                "regret_static_method": "exact (sufficient statistics)" if self.hindsight else "exact (L-BFGS over the recorded stream)",
                "regret_expected_method": self.expected_method, "regret_dynamic_method": self.dynamic_method,
                "static_checkpoints": []}
+        if st.bytes_up is not None:
+            out["bytes_up"], out["bytes_down"] = st.bytes_up, st.bytes_down
         last = getattr(self, "client_last", {"static": None, "expected": None, "dynamic": None})
         clients = {k: (None if v is None else v.copy()) for k, v in last.items()}
         if self.hindsight is not None:

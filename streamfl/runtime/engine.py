@@ -54,9 +54,11 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
         When any learner's loss becomes inf or NaN (too large a step size).
     """
     M = stream.n_clients
+    counted = hasattr(learners[main], "bytes_up")      # FedSEA counts its payload bytes (cumulative)
     for chunk in stream.chunks(chunk_size):
         n = chunk.n_steps
         losses = {name: np.empty((n, M)) for name in learners}
+        up, down = np.zeros(n, np.int64), np.zeros(n, np.int64)
         played = np.empty((n,) + learners[main].models.shape)
         with np.errstate(over="ignore", invalid="ignore"):   # divergence is reported below, once
             for i in range(n):
@@ -66,6 +68,8 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
                 played[i] = learners[main].models
                 for name, learner in learners.items():
                     losses[name][i] = learner.step(X, y, t, mask)
+                if counted:
+                    up[i], down[i] = learners[main].bytes_up, learners[main].bytes_down
                 if stream.adaptive:
                     stream.observe(learners[main].models[..., 0])
         for name, value in losses.items():
@@ -73,6 +77,8 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
             if bad.any():
                 t = chunk.t0 + int(np.argmax(bad)) + 1
                 raise DivergenceError(divergence_message(name, t))
+        if counted and hasattr(tracker, "count_bytes"):
+            tracker.count_bytes(up, down)
         tracker.update(chunk, losses, played)
         if on_chunk is not None:
             on_chunk(tracker)

@@ -43,7 +43,12 @@ def build_learners(cfg: ExperimentConfig, stream) -> dict:
     def clients():
         return StackedLinear(M, d, task, eta, K, lc.radius)
 
-    learners = {MAIN: Federated(clients(), lc.tau, FedAvg(lc.weighting) if lc.tau else None)}
+    compressor = None
+    if lc.compression is not None:
+        from ..compression import make_compressor
+        # model updates are unbounded: the quantizers scale by max |update| (sent in the payload); top-k over all of it
+        compressor = make_compressor(lc.compression.kind, lc.compression.bits, range=None, axis=None)
+    learners = {MAIN: Federated(clients(), lc.tau, FedAvg(lc.weighting) if lc.tau else None, compressor, cfg.seed)}
     for name in cfg.baselines:
         if name == "tau1":
             learners[name] = Federated(clients(), 1, FedAvg(lc.weighting))

@@ -46,13 +46,18 @@ class Federated:
     array([1.5, 1.5])
     """
 
-    def __init__(self, clients: StackedLinear, tau: int | None, strategy: Strategy | None = None):
+    def __init__(self, clients: StackedLinear, tau: int | None, strategy: Strategy | None = None,
+                 compressor=None, seed: int = 0):
         self.clients = clients
         self.tau = tau
         self.strategy = strategy or (FedAvg() if tau is not None else LocalOnly())
         self.seen = np.zeros(clients.W.shape[0])
         self.full_steps = 0
         self.rounds = 0
+        self.compressor, self.seed = compressor, seed
+        self.bytes_up = 0          # cumulative payload bytes, clients → server
+        self.bytes_down = 0        # cumulative payload bytes, server → clients
+        self._global = clients.W[0].copy() if compressor is not None else None
 
     @property
     def models(self) -> np.ndarray:
@@ -66,13 +71,50 @@ class Federated:
             self.seen += X.shape[1] * mask
         if self.tau is not None and t % self.tau == 0:
             seen = self.seen + self.full_steps * X.shape[1]
-            global_model = self.strategy.aggregate(self.clients.W, seen)
+            uploaded = self._upload(seen) if self.tau is not None else self.clients.W
+            global_model = self.strategy.aggregate(uploaded, seen)
             if global_model is not None:
                 self.clients.W[:] = global_model
+                self._broadcast(global_model)
             self.seen[:] = 0
             self.full_steps = 0
             self.rounds += 1
         return losses
+
+
+    def _upload(self, seen: np.ndarray) -> np.ndarray:
+        """The M models the server receives this round, (M, d, K), counting the upload payloads' bytes.
+
+        Only clients that learned from samples this round (``seen`` > 0) take part, so only their
+        payloads count (the others' rows have weight 0 in the average).
+
+        Without a compressor every client sends its model as float64 (lossless:
+        the server averages exactly ``W``; all these payloads have one length, so one is encoded). With compressor C, client m sends
+        C(x_m − x̄_prev), the change of its model since the last global model, with the dither key
+        (seed, m + 1, round); the server decodes and averages x̄_prev + Ĉ(·).
+        """
+        from ..compression import NoCompression, dither_key
+        W = self.clients.W
+        if self.compressor is None:
+            # every model has the same shape, so every float64 payload has the same length (fixed header,
+            # 8 bytes per value): one payload is encoded and counted once per client taking part
+            # (the length depends on the shape only, so a diverged, non-finite model is counted the same)
+            self.bytes_up += int(np.count_nonzero(seen > 0)) * len(NoCompression("float64").encode(np.zeros(W.shape[1:])))
+            return W
+        if not np.isfinite(W).all():
+            return W          # diverged: the engine stops the run at this step with its divergence message
+        c = self.compressor
+        keys = [dither_key(self.seed, m + 1, self.rounds) for m in range(W.shape[0])] if c.dithered else None
+        payloads = c.encode_batch(W - self._global, keys)
+        self.bytes_up += sum(len(p) for p, s in zip(payloads, seen) if s > 0)
+        return self._global + c.decode_batch(payloads, keys)
+
+    def _broadcast(self, global_model: np.ndarray) -> None:
+        """The server sends the new global model (d, K) to each of the M clients as float64; bytes counted."""
+        from ..compression import NoCompression
+        self.bytes_down += self.clients.W.shape[0] * len(NoCompression("float64").encode(np.zeros(global_model.shape)))
+        if self._global is not None:
+            self._global = np.array(global_model, copy=True)
 
 
 class Centralized:

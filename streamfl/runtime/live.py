@@ -63,7 +63,9 @@ class LiveView:
         st = tracker.state
         rate = st.samples / max(time.perf_counter() - self.started, 1e-9)
         dropped = f"   rows not streamed = {self.dropped:,}" if self.dropped else ""
-        t = Table(title=f"t = {st.t:,}   samples/s = {rate:,.0f}{dropped}", expand=False)
+        sent = (f"   bytes up = {st.bytes_up:,}   down = {st.bytes_down:,}"
+                if getattr(st, "bytes_up", None) is not None else "")
+        t = Table(title=f"t = {st.t:,}   samples/s = {rate:,.0f}{dropped}{sent}", expand=False)
         t.add_column("learner")
         t.add_column("cum. loss", justify="right")
         t.add_column("avg loss", justify="right")

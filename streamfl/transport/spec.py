@@ -98,6 +98,9 @@ def kafka_unsupported(cfg: ExperimentConfig, stream) -> str | None:
         return "adaptive drift is not supported over Kafka (the adversary would need the workers' models)"
     if cfg.learner.tau is not None and cfg.learner.weighting != "uniform":
         return "only learner.weighting: uniform is supported over Kafka"
+    if cfg.learner.compression is not None:
+        return ("learner.compression runs embedded only for now: over Kafka the workers' uploads are not "
+                "compressed yet; drop learner.compression or run without --broker")
     return None
 
 

@@ -52,6 +52,11 @@ class SampleJoiner:
         self._widths: dict[int, int] = {}
 
     @property
+    def ready(self) -> int:
+        """Complete ids waiting to be popped."""
+        return len(self._ready)
+
+    @property
     def pending(self) -> int:
         """Ids seen but still missing a slice or the label."""
         return len(self._pending)
