@@ -86,7 +86,12 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         from .runtime.experiment import build_stream
         stream = build_stream(cfg)
         _print_inputs(cfg, stream)
-        view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau}", stream.n_steps, console=console, enabled=live)
+        from .runtime.learners import bottleneck_note
+        slow = bottleneck_note(cfg.baselines)
+        if slow:
+            console.print(slow, soft_wrap=True)
+        view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau}", stream.n_steps, console=console, enabled=live,
+                        bottleneck=slow)
         with view:
             summary = run_experiment(cfg, out, on_chunk=view, plots=plots and cfg.output.plots, stream=stream)
     except USER_ERRORS as e:

@@ -29,6 +29,40 @@ from ..models import StackedLinear, StepSize, loss_of_scores
 from ..models.kernels import LEAST_SQUARES, LOGISTIC, SOFTMAX, sequential_sgd
 
 
+#: Learners that loop over clients and samples in Python; a run that includes one is bound by it.
+PER_SAMPLE_PYTHON = {
+    "river": "one River model per client, a Python loop over clients and samples "
+             "(about 6 µs per client-sample at d = 10, 20-50× slower than the compiled learners)",
+}
+
+
+def bottleneck_note(baselines) -> str | None:
+    """The line the run header and live view show when a per-sample Python learner bounds the run.
+
+    Parameters
+    ----------
+    baselines : iterable of str
+        The run's baselines (``cfg.baselines``).
+
+    Returns
+    -------
+    str or None
+        ``None`` when every learner is compiled/vectorised.
+
+    Examples
+    --------
+    >>> bottleneck_note(["tau1", "local", "centralized"]) is None
+    True
+    >>> bottleneck_note(["local", "river"])[:35]
+    'bottleneck: learner river: one Rive'
+    """
+    slow = [name for name in baselines if name in PER_SAMPLE_PYTHON]
+    if not slow:
+        return None
+    return "; ".join(f"bottleneck: learner {name}: {PER_SAMPLE_PYTHON[name]}; it sets this run's speed "
+                     f"(drop it from baselines for engine speed)" for name in slow)
+
+
 class Federated:
     """FedSEA: clients run online SGD; every τ steps the strategy averages.
 
