@@ -66,11 +66,11 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         _fail(_message(e))
     from .runtime.experiment import run_experiment
     from .runtime.live import LiveView
-    from .runtime.sweep import run_sweep
     try:
         if seeds is not None:
             cfg = cfg.model_copy(update={"seeds": seeds})
         if cfg.sweep is not None:
+            from .runtime.sweep import run_sweep     # imported only for a sweep: start-up of a single run
             result = run_sweep(cfg, out, console=console, live=live, plots=plots and cfg.output.plots)
             console.print(f"[bold green]sweep done[/] → {result['dir']}")
             if result["plot"]:

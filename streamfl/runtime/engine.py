@@ -53,7 +53,9 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
 
     If the environment variable ``STREAMFL_FIRST_STEP_STAMP`` names a file,
     the wall-clock time (``time.time()``, s) at which the first chunk is
-    handed to the learners is written there: the start-up benchmark reads it.
+    handed to the learners and the process's CPU time so far
+    (``time.process_time()``, s) are written there, separated by a space:
+    the start-up benchmark reads them.
 
     Raises
     ------
@@ -65,7 +67,7 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
     for chunk in stream.chunks(chunk_size):
         if stamp:                    # start-up measurement (benchmarks/throughput.py): wall clock at step 1
             with open(stamp, "w") as fh:
-                fh.write(repr(time.time()))
+                fh.write(f"{time.time()!r} {time.process_time()!r}")
             stamp = None
         n = chunk.n_steps
         losses = {name: np.empty((n, M)) for name in learners}
