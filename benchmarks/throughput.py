@@ -74,6 +74,7 @@ import math
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -315,7 +316,7 @@ def child_config(spec: dict) -> dict:
 
     task, M, d, K, eta = spec["task"], spec["M"], spec["d"], spec["K"], spec["eta"]
     min_s, reps, cap = spec["min_seconds"], spec["repeats"], spec["cap"]
-    tmp = Path(tempfile.mkdtemp(prefix="i9bench-"))
+    tmp = Path(tempfile.mkdtemp(prefix="streamfl-bench-"))
     out: dict = {"name": spec["name"]}
     big = make_config(task, M, d, K, eta, min(cap, 100_000), out_dir=str(tmp))
     stream = build_stream(big)
@@ -335,6 +336,7 @@ def child_config(spec: dict) -> dict:
         out["memory_run"] = {"steps": spec["memory_steps"], "seconds": sec,
                              "client_samples_per_s": spec["memory_steps"] * M / sec}
     out["peak_rss_mb"] = peak_rss_mb()
+    shutil.rmtree(tmp, ignore_errors=True)          # the run folders were only for timing
     return out
 
 
@@ -549,7 +551,7 @@ def measure_startup(repeats: int, quick: bool) -> dict:
     """Seconds from launching ``streamfl run`` to its first step (warm caches; median of repeats)."""
     exe = Path(sys.executable).with_name("streamfl")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "streamfl.cli"]
-    tmp = Path(tempfile.mkdtemp(prefix="i9bench-start-"))
+    tmp = Path(tempfile.mkdtemp(prefix="streamfl-bench-start-"))
     M, d = (8, 10) if quick else (64, 100)
     (tmp / "exp.yaml").write_text(
         f"name: start\nsteps: 1\nsource: {{kind: synthetic, task: logistic, clients: {M}, dim: {d}, "
@@ -571,6 +573,7 @@ def measure_startup(repeats: int, quick: bool) -> dict:
             times.append(wall - start)
             cpus.append(cpu)
             totals.append(end - start)
+    shutil.rmtree(tmp, ignore_errors=True)
     return {"to_first_step": summarise(times), "cpu_to_first_step": summarise(cpus), "whole_T1_run": summarise(totals),
             "config": f"M={M} d={d} T=1", "load_avg": os.getloadavg()}
 
