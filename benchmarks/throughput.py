@@ -600,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--startup-repeats", type=int, default=None, help="start-up runs (default 5)")
     p.add_argument("--skip", default="", help="comma list of sections to skip: configs,scale,memory,torch,"
                                              "per-sample,startup")
+    p.add_argument("--only", default="", help="run only the configurations whose name contains this text")
     p.add_argument("--json", type=Path, default=None, help="write every figure to this JSON file")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -633,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"streamfl throughput ({'quick smoke run' if quick else 'full'}), {res['date_utc']} UTC, "
           f"{reps} repeat(s) of >= {min_s:g} s each; figures are client-samples/s, median [min-max]; "
           f"load average at start {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    configs = QUICK_CONFIGS if quick else CONFIGS
+    configs = [c for c in (QUICK_CONFIGS if quick else CONFIGS) if args.only in c[0]]
 
     if "configs" not in skip:
         rows, parts_rows = [], []
@@ -643,6 +644,9 @@ def main(argv: list[str] | None = None) -> int:
                     "repeats": reps, "cap": cap, "parts": not quick or k == 0}
             r = run_child(spec)
             r.update({"task": task, "M": M, "d": d, "K": K, "eta": eta})
+            print(f"  measured {name}: " + (r["error"] if "error" in r else
+                  f"whole {r['whole']['wall']['median']:,.0f}/s, loop {r['loop']['median']:,.0f}/s, "
+                  f"ratio 1/{1 / r['ratio']:,.1f}, peak RSS {r['peak_rss_mb']:,.0f} MB"), flush=True)
             res["configs"].append(r)
             shape = f"{task} M={M} d={d}" + (f" K={K}" if task == "softmax" else "") + f" eta={eta:g}"
             if "error" in r:
@@ -688,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
     if "memory" not in skip:
         rows = []
         res["memory"] = []
-        name, task, M, d, K, eta = configs[0]
+        name, task, M, d, K, eta = (QUICK_CONFIGS if quick else CONFIGS)[0]
         for T in mem_steps:
             spec = {"name": f"T={T}", "task": task, "M": M, "d": d, "K": K, "eta": eta, "min_seconds": min_s,
                     "repeats": 1, "cap": cap, "loop": False, "whole": False, "memory_steps": T}
@@ -701,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
         table(rows, ("steps", "peak RSS MB", "run time"))
 
     if "torch" not in skip:
-        name, task, M, d, K, eta = configs[0]
+        name, task, M, d, K, eta = (QUICK_CONFIGS if quick else CONFIGS)[0]
         spec = {"kind": "torch", "name": "torch", "M": M, "d": d, "eta": eta, "min_seconds": min_s,
                 "repeats": reps, "check_steps": 50 if quick else 200, "torch_data_steps": 100 if quick else 1000,
                 "per_sample_steps": 20 if quick else 150}
@@ -725,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"torch {r['torch']}, {r['torch_threads']} threads")
 
     if "per-sample" not in skip:
-        name, task, M, d, K, eta = configs[0]
+        name, task, M, d, K, eta = (QUICK_CONFIGS if quick else CONFIGS)[0]
         spec = {"kind": "per_sample", "name": "per-sample", "M": M, "d": d, "eta": eta, "min_seconds": min_s,
                 "repeats": reps}
         r = run_child(spec)
