@@ -206,8 +206,13 @@ def whole_run(cfg, run_dir: Path) -> tuple[float, dict]:
     return time.perf_counter() - start, summary
 
 
-def measure_whole(cfg_for, M: int, tmp: Path, min_seconds: float, repeats: int, cap: int) -> dict:
-    """client-samples/s of the whole run, calibrated so one run lasts ≥ min_seconds."""
+def measure_whole(cfg_for, M: int, tmp: Path, min_seconds: float, repeats: int, cap: int, probe: int = 16) -> dict:
+    """client-samples/s of the whole run, calibrated so one run lasts ≥ min_seconds and has ≥ probe steps.
+
+    A whole run has fixed costs (imports excluded: start-up is measured on its
+    own; ``finalize``'s end-of-run solves, files); ``probe`` (``--whole-min-steps``)
+    keeps short runs from being dominated by them.
+    """
     counter = [0]
 
     def one(n):
@@ -216,7 +221,7 @@ def measure_whole(cfg_for, M: int, tmp: Path, min_seconds: float, repeats: int, 
         one.last = summary
         return sec
 
-    n, sec = calibrated(one, min_seconds, 16, cap)
+    n, sec = calibrated(one, min_seconds, probe, cap)
     walls, streams = [n * M / sec], [n * M / one.last["elapsed_seconds"]]
     for _ in range(repeats - 1):
         sec = one(n)
@@ -324,7 +329,7 @@ def child_config(spec: dict) -> dict:
         out["loop"] = measure_loop(lambda: build_learners(big, stream), stream, M, min_s, reps, cap)
     if spec.get("whole", True):
         out["whole"] = measure_whole(lambda n: make_config(task, M, d, K, eta, n, out_dir=str(tmp)),
-                                     M, tmp, min_s, reps, cap)
+                                     M, tmp, min_s, reps, cap, spec.get("whole_min_steps", 16))
         if "loop" in out:
             out["ratio"] = out["whole"]["wall"]["median"] / out["loop"]["median"]
             out["ratio_streaming"] = out["whole"]["streaming"]["median"] / out["loop"]["median"]
@@ -600,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--startup-repeats", type=int, default=None, help="start-up runs (default 5)")
     p.add_argument("--skip", default="", help="comma list of sections to skip: configs,scale,memory,torch,"
                                              "per-sample,startup")
+    p.add_argument("--whole-min-steps", type=int, default=None,
+                   help="fewest steps of a timed whole run (default 512, two chunks; 16 with --quick)")
     p.add_argument("--only", default="", help="run only the configurations whose name contains this text")
     p.add_argument("--json", type=Path, default=None, help="write every figure to this JSON file")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -641,7 +648,8 @@ def main(argv: list[str] | None = None) -> int:
         res["configs"] = []
         for k, (name, task, M, d, K, eta) in enumerate(configs):
             spec = {"name": name, "task": task, "M": M, "d": d, "K": K, "eta": eta, "min_seconds": min_s,
-                    "repeats": reps, "cap": cap, "parts": not quick or k == 0}
+                    "repeats": reps, "cap": cap, "parts": not quick or k == 0,
+                    "whole_min_steps": args.whole_min_steps or (16 if quick else 512)}
             r = run_child(spec)
             r.update({"task": task, "M": M, "d": d, "K": K, "eta": eta})
             print(f"  measured {name}: " + (r["error"] if "error" in r else
