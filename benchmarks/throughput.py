@@ -58,8 +58,12 @@ One invocation prints, side by side (client-samples per second = steps · M / se
 
 Every timed figure covers at least ``--min-seconds`` (1 s) of work and is
 repeated ``--repeats`` (3) times; printed as median [min–max]. Steps are
-calibrated per figure from a short probe. ``--quick`` runs a small smoke
-version (tiny shapes, one repeat, about a minute) that prints the same rows.
+calibrated per figure from a short probe, after an untimed warm-up; a timed
+whole run has at least ``--whole-min-steps`` (512) steps so that its fixed
+end-of-run cost does not dominate. ``--quick`` runs a small smoke version
+(tiny shapes, one repeat, a few minutes: mostly imports and end-of-run
+solves) that prints the same rows. ``--only TEXT`` measures only the
+configurations whose name contains TEXT; ``--skip`` skips sections.
 
 Usage::
 
