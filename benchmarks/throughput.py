@@ -1,49 +1,73 @@
-"""Throughput of FedSEA: the streamfl engine vs River vs a per-sample torch loop.
+"""Throughput of a streamfl run: what a user waits for, and what the learning loop alone costs.
 
-All three implementations run the same algorithm on the same stream, in one
-process, one after another:
+One invocation prints, side by side (client-samples per second = steps · M / seconds):
 
-    FedSEA (Algorithm 1) with b = 1: every client m, at every step t,
-    *tests* its model on its sample (records f(x_{t,m}, ξ_{t,m})), then
-    *trains* on it with one online SGD step of constant size η; every τ steps
-    the client models are averaged and the average is broadcast.
+1. **Configurations** (each measured in its own child process, so its peak
+   RSS is its own): logistic M=64 d=100 τ=10 η=0.05 ``baselines: []`` (the
+   reference), least squares of the same shape (η=0.005), softmax K=10,
+   logistic M=1024 d=100 and M=16 d=1000. For each:
 
-Stream: ``SyntheticStream("logistic", M=64, d=100, b=1, seed=0)`` (stationary,
-ζ = 0). Its chunks are materialised once, up front, so data generation is
-never timed. Loss: f = log(1 + e^z) − y z with z = a·x and y ∈ {0, 1}.
+   * **whole run** — ``run_experiment`` as ``streamfl run`` calls it: the
+     regret tracker on (every comparator the stream allows), metrics written,
+     plots off; wall time of the call, summary and files included. Also the
+     streaming part alone (``summary["elapsed_seconds"]``: ``run_stream``,
+     i.e. learning + ``tracker.update``, without ``finalize``).
+   * **learning loop** — the same learners (``build_learners``) on the same
+     stream (``build_stream``), stepped exactly as ``run_stream`` steps them,
+     without the tracker and without the copy of the played models kept for
+     it. The stream's first steps are materialised once (untimed) and cycled
+     (t keeps counting), so data generation is never timed.
+   * **ratio** whole run / learning loop (the target of issue 9 is ≥ 1/3).
+   * **tracker parts** — one extra, instrumented whole run in which every
+     Python function and method of :mod:`streamfl.regret` (and the
+     population module) is wrapped by a timer; each part's *exclusive*
+     seconds (time in it minus time in other timed parts it called) are
+     printed, largest first. The wrappers cost about a microsecond a call, so
+     these are shares, not rates. They follow whatever the tracker's code is.
+   * **peak RSS** of the child process (``ru_maxrss``).
 
-Implementations timed (client-samples per second = steps · M / seconds):
+2. **Many clients**: logistic d=10, FedSEA only, M = 10^3, 10^4, 10^5: whole
+   run and learning loop rate and peak RSS, each in a child process whose
+   address space is capped (``--memory-cap-gb``, default 6) so that a run
+   that would need more reports ``MemoryError`` instead of exhausting a shared
+   machine.
 
-1. **engine** — ``Federated(StackedLinear(M, d, "logistic", constant η), τ)``
-   driven step by step exactly like :func:`streamfl.runtime.engine.run_stream`
-   (loop over chunks and their steps, ``losses[i] = learner.step(X[i], y[i], t)``).
-   Only that learning loop is timed: the regret tracker (``tracker.update``)
-   and the copy of the played models that ``run_stream`` keeps *for the
-   tracker* are not part of this measure.
-2. **River** — one ``river.linear_model.LogisticRegression(optim.SGD(η),
-   intercept_lr=0, l2=0)`` per client; per sample ``predict_proba_one`` (to
-   record the test loss) then ``learn_one``; every τ steps the mean weights are
-   written back into every model's weight store ``model._weights`` (a
-   ``river.utils.VectorDict``; ``model.weights`` is only a *copy*
-   — ``_weights.to_dict()`` — so writing into it would silently do nothing).
-   Each step's feature dicts are built from the numpy rows outside the timed
-   region, which only favours River (the figure with that conversion counted
-   is printed too). Best of the repeats.
-3. **torch** — one ``torch.nn.Linear(d, 1, bias=False)`` (float64) per client;
-   per sample forward, ``binary_cross_entropy_with_logits``, ``backward``, manual
-   SGD update under ``no_grad``; averaging every τ steps. Best of the repeats.
+3. **Memory against T**: peak RSS of the reference whole run at T = 10^4 and
+   10^5 (``--memory-steps``).
 
-Correctness: on the first ``--check-steps`` (200) steps, the (steps, M) loss
-trajectory of each implementation is compared with :func:`reference_fedsea`,
-a plain per-sample numpy loop. The engine must agree to ≤ 1e-6 (the script
-exits with status 1 otherwise); River's and torch's differences are printed.
+4. **FedSEA in plain torch, fairly** (reference shape): all M clients at once
+   over stacked (M, d) weights — one batched product for the scores, the
+   gradients of all clients from one ``backward`` of the summed losses
+   (clients are independent, so that is each client's own gradient), one
+   update, ``mean`` every τ steps; no Python loop over clients. Its per-sample
+   losses equal the engine's to 1e-6 (checked here and in
+   tests/test_benchmark_reference.py). Also the same with the analytic gradient
+   (no autograd), and, clearly named, the old per-sample autograd loop (one
+   ``nn.Linear`` per client).
+
+5. **Per-sample Python learners**, reported separately because a run that
+   includes them is bound by them: ``centralized`` (compiled sequential loop),
+   ``river`` (one River ``LogisticRegression`` per client, the library
+   reference), and the default learner set FedSEA + τ=1 + local +
+   centralized, all as learning loops on the reference shape.
+
+6. **Start-up**: ``streamfl run`` (subprocess, from a temporary folder, warm
+   caches: one untimed run first) to the first step, read from the time stamp
+   the engine writes when ``STREAMFL_FIRST_STEP_STAMP`` is set; median of
+   ``--startup-repeats`` (5).
+
+Every timed figure covers at least ``--min-seconds`` (1 s) of work and is
+repeated ``--repeats`` (3) times; printed as median [min–max]. Steps are
+calibrated per figure from a short probe, after an untimed warm-up; a timed
+whole run has at least ``--whole-min-steps`` (512) steps so that its fixed
+end-of-run cost does not dominate. ``--quick`` runs a small smoke version
+(tiny shapes, one repeat, a few minutes: mostly imports and end-of-run
+solves) that prints the same rows. ``--only TEXT`` measures only the
+configurations whose name contains TEXT; ``--skip`` skips sections.
 
 Usage::
 
-    PYTHONPATH=. python benchmarks/throughput.py [--steps 2000] [--river-steps 600]
-        [--torch-steps 150] [--clients 64] [--dim 100] [--tau 10] [--json out.json]
-
-Target: engine ≥ 100× River (client-samples/s).
+    nice -n 19 python benchmarks/throughput.py [--quick] [--json out.json]
 """
 
 from __future__ import annotations
@@ -51,75 +75,313 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
+import resource
+import shutil
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 try:  # allow `python benchmarks/throughput.py` from the repo without PYTHONPATH
-    import streamfl  # noqa: F401
+    import streamfl
 except ImportError:  # pragma: no cover
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from streamfl.generators.synthetic import SyntheticStream
-from streamfl.models import StackedLinear, StepSize
-from streamfl.runtime.learners import Federated
+    import streamfl
 
 ENGINE_TOL = 1e-6
-TARGET_RATIO_RIVER = 100.0
+TARGET_RATIO = 1 / 3
+SOFTMAX_MAX_STEPS = 3000      # River's RandomRBF draws every sample up front, in Python
+ROOT = Path(streamfl.__file__).resolve().parents[1]
+
+# name, task, M, d, K, η
+CONFIGS = [
+    ("logistic M=64 d=100 (reference)", "logistic", 64, 100, 1, 0.05),
+    ("least squares M=64 d=100", "least_squares", 64, 100, 1, 0.005),
+    ("softmax K=10 M=64 d=100", "softmax", 64, 100, 10, 0.05),
+    ("logistic M=1024 d=100", "logistic", 1024, 100, 1, 0.05),
+    ("logistic M=16 d=1000", "logistic", 16, 1000, 1, 0.05),
+]
+QUICK_CONFIGS = [
+    ("logistic M=64 d=100 (reference)", "logistic", 8, 10, 1, 0.05),
+    ("least squares M=64 d=100", "least_squares", 8, 10, 1, 0.005),
+    ("softmax K=10 M=64 d=100", "softmax", 8, 10, 10, 0.05),
+    ("logistic M=1024 d=100", "logistic", 32, 10, 1, 0.05),
+    ("logistic M=16 d=1000", "logistic", 4, 40, 1, 0.05),
+]
 
 
-# --------------------------------------------------------------------------- data
+# ----------------------------------------------------------------------- configs
 
-def make_chunks(n_clients: int, n_features: int, n_steps: int, seed: int = 0,
-                batch_size: int = 1, chunk_size: int = 256) -> list:
-    """The logistic SyntheticStream's chunks, materialised (generation is not timed)."""
-    stream = SyntheticStream("logistic", n_clients=n_clients, n_features=n_features,
-                             n_steps=n_steps, batch_size=batch_size, seed=seed)
-    return list(stream.chunks(chunk_size))
+def make_config(task: str, M: int, d: int, K: int, eta: float, steps: int, tau: int = 10,
+                baselines: tuple = (), out_dir: str = "runs", chunk_size: int = 256):
+    """The benchmark's experiment: a stationary synthetic stream (ζ = 0, no drift), FedSEA τ, constant η."""
+    from streamfl.config import ExperimentConfig
+
+    source = {"kind": "synthetic", "task": task, "clients": M, "dim": d, "heterogeneity": 0.0, "drift": []}
+    if task == "softmax":   # the synthetic SEA stream is scalar-output; K classes come from River's RandomRBF
+        source = {"kind": "river_synth", "name": "RandomRBF", "clients": M,
+                  "params": {"n_classes": K, "n_features": d, "n_centroids": 50}}
+        steps = min(steps, SOFTMAX_MAX_STEPS)
+    raw = {"name": "bench", "seed": 0, "steps": steps, "source": source,
+           "learner": {"tau": tau, "step_size": {"kind": "constant", "eta": eta}},
+           "baselines": list(baselines), "chunk_size": chunk_size,
+           "output": {"dir": out_dir, "plots": False}}
+    return ExperimentConfig.model_validate(raw)
 
 
-def stack_chunks(chunks: list, n_steps: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """X (T, M, b, d) and y (T, M, b) of the first ``n_steps`` steps of the chunks."""
-    X = np.concatenate([c.X for c in chunks])
-    y = np.concatenate([c.y for c in chunks])
-    if n_steps is not None:
-        X, y = X[:n_steps], y[:n_steps]
-    return X, y
+def summarise(values: list[float]) -> dict:
+    """Median and spread of repeated measurements."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values),
+            "all": list(values)}
 
 
-def truncate_chunks(chunks: list, n_steps: int) -> list:
-    """The chunks covering the first ``n_steps`` steps (the last one cut short)."""
+def fmt_rate(s: dict | None) -> str:
+    if not s:
+        return "—"
+    return f"{s['median']:,.0f} [{s['min']:,.0f}–{s['max']:,.0f}]"
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size, MB (Linux reports ru_maxrss in KB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ------------------------------------------------------------------ learning loop
+
+def materialise(stream, n_steps: int, chunk_size: int = 256) -> list:
+    """The stream's first ``n_steps`` steps as (X, y, mask) per step (generation untimed)."""
     out = []
-    for c in chunks:
-        if c.t0 >= n_steps:
-            break
-        n = min(c.n_steps, n_steps - c.t0)
-        out.append(type(c)(t0=c.t0, X=c.X[:n], y=c.y[:n], mask=c.mask, optimum=None))
+    for chunk in stream.chunks(max(1, min(chunk_size, n_steps))):
+        for i in range(chunk.n_steps):
+            out.append((chunk.X[i], chunk.y[i], None if chunk.mask is None else chunk.mask[i]))
+            if len(out) >= n_steps:
+                return out
     return out
 
 
-# ---------------------------------------------------------------------- reference
+def loop_seconds(learners: dict, steps: list, n_steps: int, t0: int = 0) -> float:
+    """Seconds for ``n_steps`` steps of every learner, cycling over ``steps``; as run_stream steps them."""
+    k = len(steps)
+    start = time.perf_counter()
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(n_steps):
+            X, y, mask = steps[i % k]
+            t = t0 + i + 1
+            for learner in learners.values():
+                learner.step(X, y, t, mask)
+    return time.perf_counter() - start
+
+
+def calibrated(fn, min_seconds: float, probe: int, cap: int) -> tuple[int, float]:
+    """A step count n whose run ``fn(n)`` (→ seconds) lasts ≥ min_seconds (≥ probe, ≤ cap), and that run's seconds."""
+    n = probe
+    while True:
+        sec = fn(n)
+        if sec >= min_seconds or n >= cap:
+            return n, sec
+        n = min(cap, max(n * 2, int(math.ceil(n * 1.3 * min_seconds / max(sec, 1e-6)))))
+
+
+def measure_loop(make_learners, stream, M: int, min_seconds: float, repeats: int, cap: int = 10 ** 7,
+                 materialise_mb: float = 200.0) -> dict:
+    """client-samples/s of the learning loop: median over ``repeats`` of ≥ min_seconds each."""
+    X0 = next(iter(stream.chunks(1))).X
+    per_step = max(X0.nbytes, 1)
+    steps = materialise(stream, max(1, min(stream.n_steps, int(materialise_mb * 2 ** 20 / per_step))))
+    loop_seconds(make_learners(), steps, 2)          # warm-up, untimed: compiled kernels loaded from numba's cache
+    n, sec = calibrated(lambda n: loop_seconds(make_learners(), steps, n), min_seconds, 8, cap)
+    rates = [n * M / sec] + [n * M / loop_seconds(make_learners(), steps, n) for _ in range(repeats - 1)]
+    return {"steps": n, "materialised_steps": len(steps), **summarise(rates)}
+
+
+# ------------------------------------------------------------------- whole run
+
+def whole_run(cfg, run_dir: Path) -> tuple[float, dict]:
+    """Wall seconds of ``run_experiment(cfg)`` (plots off) and its summary."""
+    from streamfl.runtime.experiment import run_experiment
+
+    start = time.perf_counter()
+    summary = run_experiment(cfg, run_dir, plots=False)
+    return time.perf_counter() - start, summary
+
+
+def measure_whole(cfg_for, M: int, tmp: Path, min_seconds: float, repeats: int, cap: int, probe: int = 16) -> dict:
+    """client-samples/s of the whole run, calibrated so one run lasts ≥ min_seconds and has ≥ probe steps.
+
+    A whole run has fixed costs (imports excluded: start-up is measured on its
+    own; ``finalize``'s end-of-run solves, files); ``probe`` (``--whole-min-steps``)
+    keeps short runs from being dominated by them.
+    """
+    counter = [0]
+
+    def one(n):
+        counter[0] += 1
+        sec, summary = whole_run(cfg_for(n), tmp / f"run{counter[0]}")
+        one.last = summary
+        return sec
+
+    one(2)                                           # warm-up, untimed: lazy imports and compiled kernels loaded
+    n, sec = calibrated(one, min_seconds, probe, cap)
+    walls, streams = [n * M / sec], [n * M / one.last["elapsed_seconds"]]
+    for _ in range(repeats - 1):
+        sec = one(n)
+        walls.append(n * M / sec)
+        streams.append(n * M / one.last["elapsed_seconds"])
+    return {"steps": n, "wall": summarise(walls), "streaming": summarise(streams)}
+
+
+# --------------------------------------------------------- tracker parts (shares)
+
+def instrument_tracker():
+    """Wrap every plain Python function/method of the regret package with an exclusive timer.
+
+    Returns (totals dict name -> [exclusive seconds, calls], undo callable).
+    Functions are replaced wherever a module binds them (``from x import f``
+    too); compiled (numba) functions are left alone (they are timed inside
+    their callers).
+    """
+    import functools
+    import importlib
+    import inspect
+    import pkgutil
+    import types
+
+    import streamfl.regret as pkg
+
+    mods = [importlib.import_module(f"streamfl.regret.{m.name}") for m in pkgutil.iter_modules(pkg.__path__)]
+    try:
+        mods.append(importlib.import_module("streamfl.generators.population"))
+    except ImportError:  # pragma: no cover
+        pass
+    totals: dict = {}
+    stack: list = []
+    clock = time.perf_counter
+
+    def wrap(name, fn):
+        @functools.wraps(fn)
+        def timed(*a, **k):
+            stack.append(0.0)
+            start = clock()
+            try:
+                return fn(*a, **k)
+            finally:
+                sec = clock() - start
+                child = stack.pop()
+                rec = totals.setdefault(name, [0.0, 0])
+                rec[0] += sec - child
+                rec[1] += 1
+                if stack:
+                    stack[-1] += sec
+        return timed
+
+    originals, undo = {}, []
+    for mod in mods:
+        for attr, obj in list(vars(mod).items()):
+            if isinstance(obj, types.FunctionType) and obj.__module__ == mod.__name__:
+                originals[obj] = wrap(f"{mod.__name__.split('.')[-1]}.{attr}", obj)
+            elif inspect.isclass(obj) and obj.__module__ == mod.__name__:
+                for mattr, m in list(vars(obj).items()):
+                    if isinstance(m, types.FunctionType) and not mattr.startswith("__"):
+                        w = wrap(f"{obj.__name__}.{mattr}", m)
+                        setattr(obj, mattr, w)
+                        undo.append((obj, mattr, m))
+    for mod in list(sys.modules.values()):
+        if mod is None or not getattr(mod, "__name__", "").startswith("streamfl"):
+            continue
+        for attr, obj in list(vars(mod).items()):
+            if isinstance(obj, types.FunctionType) and obj in originals:
+                setattr(mod, attr, originals[obj])
+                undo.append((mod, attr, obj))
+
+    def restore():
+        for owner, attr, obj in undo:
+            setattr(owner, attr, obj)
+    return totals, restore
+
+
+def measure_parts(cfg, run_dir: Path, learning_rate: float, M: int) -> dict:
+    """One instrumented whole run: exclusive seconds per tracker function, plus the learning share."""
+    totals, restore = instrument_tracker()
+    try:
+        wall, summary = whole_run(cfg, run_dir)
+    finally:
+        restore()
+    n = summary["n_steps"]
+    parts = sorted(((k, v[0], v[1]) for k, v in totals.items()), key=lambda r: -r[1])
+    return {"steps": n, "wall": wall, "learning_estimate": n * M / learning_rate,
+            "parts": [{"name": k, "seconds": s, "calls": c} for k, s, c in parts]}
+
+
+# ------------------------------------------------------------ one configuration
+
+def child_config(spec: dict) -> dict:
+    """Everything measured for one configuration (runs in its own process)."""
+    from streamfl.generators.build import build_stream
+    from streamfl.runtime.experiment import build_learners
+
+    task, M, d, K, eta = spec["task"], spec["M"], spec["d"], spec["K"], spec["eta"]
+    min_s, reps, cap = spec["min_seconds"], spec["repeats"], spec["cap"]
+    tmp = Path(tempfile.mkdtemp(prefix="streamfl-bench-"))
+    out: dict = {"name": spec["name"]}
+    big = make_config(task, M, d, K, eta, min(cap, 100_000), out_dir=str(tmp))
+    stream = build_stream(big)
+    if spec.get("loop", True):
+        out["loop"] = measure_loop(lambda: build_learners(big, stream), stream, M, min_s, reps, cap)
+    if spec.get("whole", True):
+        out["whole"] = measure_whole(lambda n: make_config(task, M, d, K, eta, n, out_dir=str(tmp)),
+                                     M, tmp, min_s, reps, cap, spec.get("whole_min_steps", 16))
+        if "loop" in out:
+            out["ratio"] = out["whole"]["wall"]["median"] / out["loop"]["median"]
+            out["ratio_streaming"] = out["whole"]["streaming"]["median"] / out["loop"]["median"]
+    if spec.get("parts", False) and "loop" in out:
+        out["parts"] = measure_parts(make_config(task, M, d, K, eta, out["whole"]["steps"], out_dir=str(tmp)),
+                                     tmp / "parts", out["loop"]["median"], M)
+    if spec.get("memory_steps"):
+        sec, summary = whole_run(make_config(task, M, d, K, eta, spec["memory_steps"], out_dir=str(tmp)), tmp / "mem")
+        out["memory_run"] = {"steps": spec["memory_steps"], "seconds": sec,
+                             "client_samples_per_s": spec["memory_steps"] * M / sec}
+    out["peak_rss_mb"] = peak_rss_mb()
+    shutil.rmtree(tmp, ignore_errors=True)          # the run folders were only for timing
+    return out
+
+
+def run_child(spec: dict, cap_gb: float | None = None, timeout: float | None = None) -> dict:
+    """Run :func:`child_config` in a fresh interpreter; its JSON is the last stdout line."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    if cap_gb:
+        cmd += ["--memory-cap-gb", str(cap_gb)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"name": spec["name"], "error": f"timed out after {timeout:.0f} s"}
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"name": spec["name"], "error": last[:200]}
+    return json.loads(lines[-1])
+
+
+# -------------------------------------------------------------------------- torch
 
 def reference_fedsea(X: np.ndarray, y: np.ndarray, tau: int, eta: float) -> np.ndarray:
     """FedSEA on a logistic stream, written plainly, one client and sample at a time.
 
     Parameters
     ----------
-    X : ndarray (T, M, b, d)
-    y : ndarray (T, M, b), labels in {0, 1}
-    tau : int
-        Averaging period τ (after steps t = τ, 2τ, …, t counted from 1).
-    eta : float
-        Constant step size η.
+    X : ndarray (T, M, b, d); y : ndarray (T, M, b), labels in {0, 1}
+    tau : int — averaging period τ (after t = τ, 2τ, …). eta : float — constant η.
 
     Returns
     -------
-    ndarray (T, M)
-        The test loss of every client at every step, before its update
-        (mean over the client's mini-batch; with b = 1 the sample's loss).
+    ndarray (T, M): every client's test loss log(1 + e^z) − y z before its update
+    (mean over its mini-batch).
     """
     T, M, b, d = X.shape
     w = np.zeros((M, d))
@@ -130,267 +392,392 @@ def reference_fedsea(X: np.ndarray, y: np.ndarray, tau: int, eta: float) -> np.n
             for j in range(b):
                 a, label = X[i, m, j], y[i, m, j]
                 z = float(w[m] @ a)
-                losses[i, m] += (np.logaddexp(0.0, z) - label * z) / b  # log(1 + e^z) − y z
-                sigma = 1.0 / (1.0 + math.exp(-z))
-                grad += (sigma - label) * a / b
+                losses[i, m] += (np.logaddexp(0.0, z) - label * z) / b
+                grad += (1.0 / (1.0 + math.exp(-z)) - label) * a / b
             w[m] -= eta * grad
         if (i + 1) % tau == 0:
             w[:] = w.mean(axis=0)
     return losses
 
 
-# ------------------------------------------------------------------------- engine
+def torch_batched(X: np.ndarray, y: np.ndarray, tau: int, eta: float, autograd: bool = True,
+                  n_steps: int | None = None) -> tuple[np.ndarray, float]:
+    """FedSEA (logistic) in plain torch, all clients at once; the fair torch implementation.
 
-def make_engine(n_clients: int, n_features: int, tau: int, eta: float) -> Federated:
-    """FedSEA as the engine runs it: stacked clients + FedAvg every τ steps."""
-    return Federated(StackedLinear(n_clients, n_features, "logistic", StepSize("constant", eta=eta)), tau)
+    Weights W (M, d) float64 stacked; step t: scores z = (X_t · W) per client
+    and sample (one batched product, ``einsum('mbd,md->mb')``), losses
+    softplus(z) − y z, mini-batch means; the gradient of every client from
+    one ``backward`` of the sum of the clients' mean losses (``autograd=True``)
+    or analytically (σ(z) − y)·a; W ← W − η ∇; every τ steps W ← mean(W).
+    No Python loop over clients.
 
-
-def run_engine(chunks: list, n_clients: int, n_features: int, tau: int, eta: float,
-               learner: Federated | None = None) -> tuple[np.ndarray, float]:
-    """Drive a :class:`Federated` learner over the chunks the way ``run_stream`` does.
-
-    Returns the (T, M) loss trajectory and the seconds spent in the learning
-    loop (no regret tracker, no copy of the played models for it).
-    """
-    learner = learner or make_engine(n_clients, n_features, tau, eta)
-    out = []
-    start = time.perf_counter()
-    for chunk in chunks:
-        n = chunk.n_steps
-        losses = np.empty((n, n_clients))
-        for i in range(n):
-            t = chunk.t0 + i + 1
-            X, y = chunk.X[i], chunk.y[i]
-            mask = None if chunk.mask is None else chunk.mask[i]
-            losses[i] = learner.step(X, y, t, mask)
-        out.append(losses)
-    seconds = time.perf_counter() - start
-    return np.concatenate(out), seconds
-
-
-# -------------------------------------------------------------------------- River
-
-def river_step_inputs(X_i: np.ndarray, y_i: np.ndarray, names: list) -> tuple[list, list]:
-    """One step's samples in River's format: per client, a list of b feature dicts and bools."""
-    M, b, _ = X_i.shape
-    xs = [[dict(zip(names, X_i[m, j].tolist())) for j in range(b)] for m in range(M)]
-    ys = [[bool(y_i[m, j]) for j in range(b)] for m in range(M)]
-    return xs, ys
-
-
-def run_river(X: np.ndarray, y: np.ndarray, tau: int, eta: float) -> tuple[np.ndarray, float, float]:
-    """FedSEA with one River LogisticRegression per client (see module doc).
-
-    Each step's feature dicts are built from the numpy rows *outside* the
-    timed region (that only favours River); the time spent building them is
-    returned separately.
-
-    River's logistic gradient is exactly ours: ``optim.losses.Log.gradient``
-    returns −y'/(e^{y'z} + 1) with y' = 2y − 1 ∈ {−1, 1}, i.e. σ(z) − y, except
-    for |z| > 18 where it uses e^{−|z|} in place of 1/(e^{|z|} + 1) — a
-    difference below e^{−36} ≈ 2e-16. Its ``predict_proba_one`` gives σ(z)
-    (clamped to exactly 0/1 for |z| > 30; we clip p to [1e-15, 1 − 1e-15] so
-    the recorded loss −log p or −log(1 − p) stays finite); −log σ(z) and
-    log(1 + e^z) − y z agree to rounding for the moderate z of this stream.
+    Parameters
+    ----------
+    X : (T, M, b, d); y : (T, M, b) in {0, 1}
+    n_steps : steps to run, cycling over the T given (t keeps counting); T by default.
 
     Returns
     -------
-    losses : ndarray (T, M)
-    seconds : float
-        Time in predict_proba_one / learn_one / averaging.
-    convert_seconds : float
-        Time spent building the feature dicts (not in ``seconds``).
+    losses (min(T, n_steps), M) of the first pass, and the seconds of the loop.
     """
-    from river import linear_model, optim
-
-    T, M, b, d = X.shape
-    names = [f"x{k}" for k in range(d)]
-    models = [linear_model.LogisticRegression(optimizer=optim.SGD(eta), intercept_lr=0.0, l2=0.0)
-              for _ in range(M)]
-    losses = np.zeros((T, M))
-    log = math.log
-    seconds = convert = 0.0
-    clock = time.perf_counter
-    for i in range(T):
-        c0 = clock()
-        xs, ys = river_step_inputs(X[i], y[i], names)   # untimed: River's input format
-        c1 = clock()
-        convert += c1 - c0
-        for m, model in enumerate(models):
-            for x, target in zip(xs[m], ys[m]):
-                p = model.predict_proba_one(x)[True]
-                p = min(max(p, 1e-15), 1.0 - 1e-15)
-                losses[i, m] += (-log(p) if target else -log(1.0 - p)) / b
-                model.learn_one(x, target)
-        if (i + 1) % tau == 0:
-            # Average: read every client's weights, write the mean back into
-            # each model's VectorDict (``model.weights`` would be a copy).
-            mean = np.mean([model._weights.to_numpy(names) for model in models], axis=0)
-            new = dict(zip(names, mean.tolist()))
-            for model in models:
-                model._weights.update(new)
-        seconds += clock() - c1
-    return losses, seconds, convert
-
-
-# -------------------------------------------------------------------------- torch
-
-def run_torch(X: np.ndarray, y: np.ndarray, tau: int, eta: float) -> tuple[np.ndarray, float]:
-    """FedSEA with one float64 ``torch.nn.Linear`` per client, per-sample autograd SGD."""
     import torch
     import torch.nn.functional as F
 
     T, M, b, d = X.shape
-    Xt = torch.from_numpy(np.ascontiguousarray(X))           # (T, M, b, d) float64, untimed
-    yt = torch.from_numpy(np.ascontiguousarray(y))           # (T, M, b)
+    n_steps = T if n_steps is None else n_steps
+    Xt = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float64))
+    yt = torch.from_numpy(np.ascontiguousarray(y, dtype=np.float64))
+    W = torch.zeros(M, d, dtype=torch.float64, requires_grad=autograd)
+    keep = torch.empty(min(T, n_steps), M, dtype=torch.float64)
+    start = time.perf_counter()
+    for i in range(n_steps):
+        x, label = Xt[i % T], yt[i % T]
+        if autograd:
+            z = torch.einsum("mbd,md->mb", x, W)
+            loss = (F.softplus(z) - label * z).mean(dim=1)          # (M,)
+            loss.sum().backward()
+            with torch.no_grad():
+                W -= eta * W.grad
+                W.grad = None
+                if (i + 1) % tau == 0:
+                    W[:] = W.mean(dim=0)
+            if i < T:
+                keep[i] = loss.detach()
+        else:
+            with torch.no_grad():
+                z = torch.einsum("mbd,md->mb", x, W)
+                if i < T:
+                    keep[i] = (F.softplus(z) - label * z).mean(dim=1)
+                W -= (eta / b) * torch.einsum("mb,mbd->md", torch.sigmoid(z) - label, x)
+                if (i + 1) % tau == 0:
+                    W[:] = W.mean(dim=0)
+    seconds = time.perf_counter() - start
+    return keep.numpy(), seconds
+
+
+def torch_per_sample(X: np.ndarray, y: np.ndarray, tau: int, eta: float) -> tuple[np.ndarray, float]:
+    """The naive torch loop: one float64 ``nn.Linear`` per client, per-sample autograd SGD (b = 1)."""
+    import torch
+    import torch.nn.functional as F
+
+    T, M, b, d = X.shape
+    Xt, yt = torch.from_numpy(np.ascontiguousarray(X)), torch.from_numpy(np.ascontiguousarray(y))
     models = []
     for _ in range(M):
         lin = torch.nn.Linear(d, 1, bias=False, dtype=torch.float64)
         with torch.no_grad():
-            lin.weight.zero_()                                # FedSEA: common x_1 = 0
+            lin.weight.zero_()
         models.append(lin)
     losses = np.zeros((T, M))
     start = time.perf_counter()
     for i in range(T):
         for m, lin in enumerate(models):
-            for j in range(b):  # b sequential samples (b = 1 here)
-                z = lin(Xt[i, m, j]).squeeze(-1)
-                loss = F.binary_cross_entropy_with_logits(z, yt[i, m, j])
-                losses[i, m] += loss.item() / b
-                loss.backward()
-                with torch.no_grad():
-                    lin.weight -= eta * lin.weight.grad
-                lin.weight.grad = None
+            z = lin(Xt[i, m, 0]).squeeze(-1)
+            loss = F.binary_cross_entropy_with_logits(z, yt[i, m, 0])
+            losses[i, m] = loss.item()
+            loss.backward()
+            with torch.no_grad():
+                lin.weight -= eta * lin.weight.grad
+            lin.weight.grad = None
         if (i + 1) % tau == 0:
             with torch.no_grad():
                 mean = torch.stack([lin.weight for lin in models]).mean(dim=0)
                 for lin in models:
                     lin.weight.copy_(mean)
-    seconds = time.perf_counter() - start
-    return losses, seconds
+    return losses, time.perf_counter() - start
 
 
-# --------------------------------------------------------------------------- main
+def engine_losses(cfg, n_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stream's first n_steps (X, y) and FedSEA's (engine) per-sample losses on them."""
+    from streamfl.generators.build import build_stream
+    from streamfl.runtime.experiment import build_learners
 
-def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> None:
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:  # pragma: no cover
-        widths = [max(len(str(r[k])) for r in [header, *rows]) for k in range(len(header))]
-        for r in [header, *rows]:
-            print("  ".join(str(c).rjust(w) for c, w in zip(r, widths)))
-        return
-    table = Table(*header)
+    stream = build_stream(cfg)
+    steps = materialise(stream, n_steps)
+    fed = build_learners(cfg, stream)["fedsea"]
+    losses = np.array([fed.step(X, y, t, mask) for t, (X, y, mask) in enumerate(steps, start=1)])
+    X = np.stack([s[0] for s in steps])
+    y = np.stack([s[1] for s in steps])
+    return X, y, losses
+
+
+def child_torch(spec: dict) -> dict:
+    """Torch rows on the reference shape; correctness against the engine's per-sample losses."""
+    import torch
+
+    M, d, tau, eta = spec["M"], spec["d"], 10, spec["eta"]
+    min_s, reps = spec["min_seconds"], spec["repeats"]
+    cfg = make_config("logistic", M, d, 1, eta, 10 ** 6)
+    n_check = spec["check_steps"]
+    X, y, ref = engine_losses(cfg, max(n_check, spec["torch_data_steps"]))
+    out = {"torch_threads": torch.get_num_threads(), "torch": torch.__version__}
+    from streamfl.generators.build import build_stream
+    from streamfl.runtime.experiment import build_learners
+    stream = build_stream(cfg)
+    out["engine"] = measure_loop(lambda: build_learners(cfg, stream), stream, M, min_s, reps)
+    for key, autograd in (("torch_batched_autograd", True), ("torch_batched_analytic", False)):
+        got, _ = torch_batched(X[:n_check], y[:n_check], tau, eta, autograd)   # also the warm-up
+        diff = float(np.max(np.abs(got - ref[:n_check])))
+        n, sec = calibrated(lambda n: torch_batched(X, y, tau, eta, autograd, n)[1], min_s, 16, 10 ** 7)
+        rates = [n * M / sec] + [n * M / torch_batched(X, y, tau, eta, autograd, n)[1] for _ in range(reps - 1)]
+        out[key] = {"steps": n, "max_abs_diff_vs_engine": diff, **summarise(rates)}
+    nps = spec["per_sample_steps"]
+    rates, diff = [], None
+    for _ in range(reps):
+        got, sec = torch_per_sample(X[:nps], y[:nps], tau, eta)
+        rates.append(nps * M / sec)
+        diff = float(np.max(np.abs(got - ref[:nps])))
+    out["torch_per_sample_loop"] = {"steps": nps, "max_abs_diff_vs_engine": diff, **summarise(rates)}
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+def child_per_sample(spec: dict) -> dict:
+    """Learning-loop rates of the per-sample Python learners and the default learner set."""
+    from streamfl.generators.build import build_stream
+    from streamfl.runtime.experiment import build_learners
+
+    M, d, eta = spec["M"], spec["d"], spec["eta"]
+    min_s, reps = spec["min_seconds"], spec["repeats"]
+    out = {}
+    for key, baselines, tau, keep in (
+            ("fedsea_alone_tau1", (), 1, None),
+            ("centralized", ("centralized",), 1, "centralized"),
+            ("river", ("river",), 1, "river"),
+            ("default_set", ("tau1", "local", "centralized"), 10, None)):
+        cfg = make_config("logistic", M, d, 1, eta, 10 ** 6, tau=tau, baselines=baselines)
+        stream = build_stream(cfg)
+
+        def make(cfg=cfg, stream=stream, keep=keep):
+            learners = build_learners(cfg, stream)
+            return {keep: learners[keep]} if keep else learners
+        out[key] = measure_loop(make, stream, M, min_s, reps, 10 ** 7, materialise_mb=50)
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+# ------------------------------------------------------------------------ start-up
+
+def measure_startup(repeats: int, quick: bool) -> dict:
+    """Seconds from launching ``streamfl run`` to its first step (warm caches; median of repeats)."""
+    exe = Path(sys.executable).with_name("streamfl")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "streamfl.cli"]
+    tmp = Path(tempfile.mkdtemp(prefix="streamfl-bench-start-"))
+    M, d = (8, 10) if quick else (64, 100)
+    (tmp / "exp.yaml").write_text(
+        f"name: start\nsteps: 1\nsource: {{kind: synthetic, task: logistic, clients: {M}, dim: {d}, "
+        f"heterogeneity: 0.0, drift: []}}\nlearner: {{tau: 10}}\nbaselines: []\n"
+        f"output: {{dir: {tmp / 'runs'}, plots: false}}\n")
+    stamp = tmp / "stamp"
+    env = {**os.environ, "STREAMFL_FIRST_STEP_STAMP": str(stamp)}
+    times, cpus, totals = [], [], []
+    for k in range(repeats + 1):                      # the first run warms the caches, untimed
+        stamp.unlink(missing_ok=True)
+        start = time.time()
+        proc = subprocess.run([*cmd, "run", "-c", "exp.yaml", "--no-live", "--no-plots"], cwd=tmp,
+                              capture_output=True, text=True, env=env)
+        end = time.time()
+        if proc.returncode != 0 or not stamp.exists():
+            return {"error": (proc.stderr.strip().splitlines() or ["no first step"])[-1][:200]}
+        if k:
+            wall, cpu = (float(v) for v in stamp.read_text().split())
+            times.append(wall - start)
+            cpus.append(cpu)
+            totals.append(end - start)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {"to_first_step": summarise(times), "cpu_to_first_step": summarise(cpus), "whole_T1_run": summarise(totals),
+            "config": f"M={M} d={d} T=1", "load_avg": os.getloadavg()}
+
+
+# ---------------------------------------------------------------------------- main
+
+def table(rows: list, header: tuple) -> None:
+    widths = [max(len(str(r[k])) for r in [header, *rows]) for k in range(len(header))]
+    print("  ".join(str(c).ljust(w) for c, w in zip(header, widths)))
+    print("  ".join("-" * w for w in widths))
     for r in rows:
-        table.add_row(*r)
-    Console().print(table)
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=2000, help="engine steps (default 2000)")
-    p.add_argument("--river-steps", type=int, default=600, help="River steps per repeat (default 600, about 1 s)")
-    p.add_argument("--torch-steps", type=int, default=150, help="torch steps per repeat (default 150, about 1 s)")
-    p.add_argument("--check-steps", type=int, default=200, help="steps compared with the reference (default 200)")
-    p.add_argument("--clients", type=int, default=64, help="M (default 64)")
-    p.add_argument("--dim", type=int, default=100, help="d (default 100)")
-    p.add_argument("--tau", type=int, default=10, help="averaging period τ (default 10)")
-    p.add_argument("--eta", type=float, default=0.05, help="constant step size η (default 0.05)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=3, help="interleaved repeats of all three, best of each taken (default 3)")
-    p.add_argument("--json", type=Path, default=None, help="write the figures to this JSON file")
+    p.add_argument("--quick", action="store_true", help="small smoke version (tiny shapes, one repeat)")
+    p.add_argument("--repeats", type=int, default=None, help="repeats per figure (default 3; 1 with --quick)")
+    p.add_argument("--min-seconds", type=float, default=None, help="work per timed figure (default 1; 0.05 quick)")
+    p.add_argument("--memory-steps", default=None, help="T values for the memory rows (default 10000,100000)")
+    p.add_argument("--clients-scale", default=None, help="M values at d=10 (default 1000,10000,100000)")
+    p.add_argument("--scale-steps", type=int, default=None, help="T of the many-clients runs (default 300)")
+    p.add_argument("--memory-cap-gb", type=float, default=6.0, help="address-space cap of the many-clients children")
+    p.add_argument("--startup-repeats", type=int, default=None, help="start-up runs (default 5)")
+    p.add_argument("--skip", default="", help="comma list of sections to skip: configs,scale,memory,torch,"
+                                             "per-sample,startup")
+    p.add_argument("--whole-min-steps", type=int, default=None,
+                   help="fewest steps of a timed whole run (default 512, two chunks; 16 with --quick)")
+    p.add_argument("--only", default="", help="run only the configurations whose name contains this text")
+    p.add_argument("--json", type=Path, default=None, help="write every figure to this JSON file")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    M, d, tau, eta = args.clients, args.dim, args.tau, args.eta
-    n_check = min(args.check_steps, args.steps, args.river_steps, args.torch_steps)
-    n_total = max(args.steps, args.river_steps, args.torch_steps)
 
-    print(f"FedSEA throughput: logistic SyntheticStream, M={M}, d={d}, b=1, tau={tau}, "
-          f"eta={eta} (constant), seed={args.seed}")
-    t0 = time.perf_counter()
-    chunks = make_chunks(M, d, n_total, seed=args.seed)
-    X_all, y_all = stack_chunks(chunks)
-    print(f"stream materialised ({n_total} steps) in {time.perf_counter() - t0:.1f} s, untimed")
+    if args.child is not None:                       # a measurement in its own process
+        if args.memory_cap_gb and "--memory-cap-gb" in (argv or sys.argv):
+            cap = int(args.memory_cap_gb * 2 ** 30)
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        spec = json.loads(args.child)
+        kind = spec.get("kind", "config")
+        fn = {"config": child_config, "torch": child_torch, "per_sample": child_per_sample}[kind]
+        try:
+            print(json.dumps(fn(spec)))
+        except MemoryError:
+            print(json.dumps({"name": spec.get("name"), "error": f"MemoryError (address space capped at "
+                                                                 f"{args.memory_cap_gb:g} GB)",
+                              "peak_rss_mb": peak_rss_mb()}))
+        return 0
 
-    # The three implementations run interleaved, `repeats` rounds, best of each:
-    # a burst of load on the machine then hits all of them alike.
-    engine_chunks = truncate_chunks(chunks, args.steps)
-    times, river_times, torch_times = [], [], []
-    engine_losses = None
-    for _ in range(args.repeats):
-        losses, sec = run_engine(engine_chunks, M, d, tau, eta)
-        times.append(sec)
-        if engine_losses is None:
-            engine_losses = losses
-        elif not np.array_equal(losses, engine_losses):  # every repeat replays the same trajectory
-            print("engine repeats disagree", file=sys.stderr)
-            return 1
-        river_losses, sec, river_convert = run_river(X_all[:args.river_steps], y_all[:args.river_steps], tau, eta)
-        river_times.append(sec)
-        torch_losses, sec = run_torch(X_all[:args.torch_steps], y_all[:args.torch_steps], tau, eta)
-        torch_times.append(sec)
-    engine_sec, river_sec, torch_sec = min(times), min(river_times), min(torch_times)
+    quick = args.quick
+    reps = args.repeats or (1 if quick else 3)
+    min_s = args.min_seconds if args.min_seconds is not None else (0.05 if quick else 1.0)
+    mem_steps = [int(x) for x in (args.memory_steps or ("300,600" if quick else "10000,100000")).split(",") if x]
+    scale_M = [int(x) for x in (args.clients_scale or ("20,50" if quick else "1000,10000,100000")).split(",") if x]
+    scale_T = args.scale_steps or (20 if quick else 300)
+    skip = set(filter(None, args.skip.split(",")))
+    cap = 600 if quick else 10 ** 6
+    res: dict = {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "quick": quick, "repeats": reps,
+                 "min_seconds": min_s, "machine": {"python": platform.python_version(), "numpy": np.__version__,
+                                                   "cpus": os.cpu_count(), "load_avg": os.getloadavg()}}
+    print(f"streamfl throughput ({'quick smoke run' if quick else 'full'}), {res['date_utc']} UTC, "
+          f"{reps} repeat(s) of >= {min_s:g} s each; figures are client-samples/s, median [min-max]; "
+          f"load average at start {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    configs = [c for c in (QUICK_CONFIGS if quick else CONFIGS) if args.only in c[0]]
 
-    # Correctness against the plain per-sample reference.
-    ref = reference_fedsea(X_all[:n_check], y_all[:n_check], tau, eta)
-    diffs = {
-        "engine": float(np.max(np.abs(engine_losses[:n_check] - ref))),
-        "river": float(np.max(np.abs(river_losses[:n_check] - ref))),
-        "torch": float(np.max(np.abs(torch_losses[:n_check] - ref))),
-    }
+    if "configs" not in skip:
+        rows, parts_rows = [], []
+        res["configs"] = []
+        for k, (name, task, M, d, K, eta) in enumerate(configs):
+            spec = {"name": name, "task": task, "M": M, "d": d, "K": K, "eta": eta, "min_seconds": min_s,
+                    "repeats": reps, "cap": cap, "parts": not quick or k == 0,
+                    "whole_min_steps": args.whole_min_steps or (16 if quick else 512)}
+            r = run_child(spec)
+            r.update({"task": task, "M": M, "d": d, "K": K, "eta": eta})
+            print(f"  measured {name}: " + (r["error"] if "error" in r else
+                  f"whole {r['whole']['wall']['median']:,.0f}/s, loop {r['loop']['median']:,.0f}/s, "
+                  f"ratio 1/{1 / r['ratio']:,.1f}, peak RSS {r['peak_rss_mb']:,.0f} MB"), flush=True)
+            res["configs"].append(r)
+            shape = f"{task} M={M} d={d}" + (f" K={K}" if task == "softmax" else "") + f" eta={eta:g}"
+            if "error" in r:
+                rows.append((shape, "error: " + r["error"], "", "", "", "", ""))
+                continue
+            w, lp = r["whole"], r["loop"]
+            rows.append((shape, fmt_rate(w["wall"]), fmt_rate(w["streaming"]), fmt_rate(lp),
+                         f"1/{1 / r['ratio']:,.1f}" + (" MET" if r["ratio"] >= TARGET_RATIO else " not met"),
+                         f"{w['steps']:,} / {lp['steps']:,}", f"{r['peak_rss_mb']:,.0f}"))
+            if "parts" not in r:
+                continue
+            pr = r["parts"]
+            tracked = sum(x["seconds"] for x in pr["parts"])
+            top = ", ".join(f"{x['name']} {x['seconds']:.2f}" for x in pr["parts"][:6])
+            parts_rows.append((shape, f"{pr['wall']:.2f}", f"{pr['learning_estimate']:.3f}", f"{tracked:.2f}", top))
+        print("\n== whole run (run_experiment: tracker on, metrics written, plots off) vs learning loop ==")
+        table(rows, ("configuration (tau=10, baselines [])", "whole run (wall)", "streaming part",
+                     "learning loop", "whole/loop (>=1/3?)", "steps whole/loop", "peak RSS MB"))
+        print("whole run = wall time of run_experiment incl. finalize and files; streaming part = run_stream "
+              "(learning + tracker.update) = summary elapsed_seconds.")
+        print("\n== where the whole run goes: one instrumented run each (exclusive seconds per tracker "
+              "function; timer overhead ~1 us/call) ==")
+        table(parts_rows, ("configuration", "run s", "learning s (est.)", "tracker s", "largest tracker parts (s)"))
 
-    sps = {
-        "engine": args.steps * M / engine_sec,
-        "river": args.river_steps * M / river_sec,
-        "torch": args.torch_steps * M / torch_sec,
-    }
-    river_with_convert = args.river_steps * M / (river_sec + river_convert)
-    ratio_river = sps["engine"] / sps["river"]
-    ratio_torch = sps["engine"] / sps["torch"]
+    if "scale" not in skip:
+        rows = []
+        res["scale"] = []
+        for M in scale_M:
+            spec = {"name": f"M={M}", "task": "logistic", "M": M, "d": 10, "K": 1, "eta": 0.05,
+                    "min_seconds": min_s, "repeats": 1, "cap": min(cap, 10 ** 5), "whole": False,
+                    "memory_steps": scale_T}
+            r = run_child(spec, cap_gb=args.memory_cap_gb)
+            res["scale"].append(r)
+            if "error" in r:
+                rows.append((f"M={M:,}", "error: " + r["error"], "", f"{r.get('peak_rss_mb', float('nan')):,.0f}"))
+                continue
+            rows.append((f"M={M:,}", f"{r['memory_run']['client_samples_per_s']:,.0f} (T={scale_T}, "
+                                      f"{r['memory_run']['seconds']:.1f} s)",
+                         fmt_rate(r["loop"]), f"{r['peak_rss_mb']:,.0f}"))
+        print(f"\n== many clients: logistic d=10, FedSEA only (address space capped at {args.memory_cap_gb:g} GB) ==")
+        table(rows, ("clients", "whole run", "learning loop", "peak RSS MB"))
 
-    _table([
-        ("engine", str(args.steps), f"{engine_sec:.3f} (best of {args.repeats})", f"{sps['engine']:,.0f}",
-         f"{diffs['engine']:.2e}"),
-        ("River", str(args.river_steps), f"{river_sec:.3f} (best of {args.repeats})", f"{sps['river']:,.0f}", f"{diffs['river']:.2e}"),
-        ("torch", str(args.torch_steps), f"{torch_sec:.3f} (best of {args.repeats})", f"{sps['torch']:,.0f}", f"{diffs['torch']:.2e}"),
-    ], ("impl", "steps", "seconds", "client-samples/s", f"max|loss-ref| ({n_check} st.)"))
-    print("engine = Federated(StackedLinear) driven as run_stream does; River = LogisticRegression per client;")
-    print("torch = nn.Linear per client, per-sample autograd. Engine repeats (s): "
-          + ", ".join(f"{x:.3f}" for x in times))
-    print(f"engine / River: {ratio_river:,.1f}x  -- target: engine >= {TARGET_RATIO_RIVER:.0f}x River: "
-          f"{'MET' if ratio_river >= TARGET_RATIO_RIVER else 'NOT MET'}")
-    print(f"engine / torch: {ratio_torch:,.1f}x")
-    print(f"(River with its numpy-row -> dict conversion counted too: {river_with_convert:,.0f} samples/s, "
-          f"engine / that = {sps['engine'] / river_with_convert:,.1f}x)")
-    print("Engine time = the learning loop only (Federated.step per step, as run_stream drives it); "
-          "the regret tracker and the played-model copy kept for it are not timed.")
-    ok = diffs["engine"] <= ENGINE_TOL
-    print(f"correctness (first {n_check} steps vs per-sample numpy reference): engine max abs diff "
-          f"{diffs['engine']:.3e} (tolerance {ENGINE_TOL:g}) {'OK' if ok else 'FAILED'}; "
-          f"River {diffs['river']:.3e}, torch {diffs['torch']:.3e} (informative)")
+    if "memory" not in skip:
+        rows = []
+        res["memory"] = []
+        name, task, M, d, K, eta = (QUICK_CONFIGS if quick else CONFIGS)[0]
+        for T in mem_steps:
+            spec = {"name": f"T={T}", "task": task, "M": M, "d": d, "K": K, "eta": eta, "min_seconds": min_s,
+                    "repeats": 1, "cap": cap, "loop": False, "whole": False, "memory_steps": T}
+            r = run_child(spec)
+            res["memory"].append(r)
+            rows.append((f"T={T:,}", "error: " + r["error"]) if "error" in r else
+                        (f"T={T:,}", f"{r['peak_rss_mb']:,.0f}",
+                         f"{r['memory_run']['seconds']:.1f} s ({r['memory_run']['client_samples_per_s']:,.0f}/s)"))
+        print(f"\n== memory against T: whole run, {task} M={M} d={d} ==")
+        table(rows, ("steps", "peak RSS MB", "run time"))
+
+    if "torch" not in skip:
+        name, task, M, d, K, eta = (QUICK_CONFIGS if quick else CONFIGS)[0]
+        spec = {"kind": "torch", "name": "torch", "M": M, "d": d, "eta": eta, "min_seconds": min_s,
+                "repeats": reps, "check_steps": 50 if quick else 200, "torch_data_steps": 100 if quick else 1000,
+                "per_sample_steps": 20 if quick else 150}
+        r = run_child(spec)
+        res["torch"] = r
+        print(f"\n== FedSEA in plain torch, {task} M={M} d={d} tau=10 (learning loop only; "
+              f"compare with the learning loop above) ==")
+        if "error" in r:
+            print("error: " + r["error"])
+        else:
+            rows = [("streamfl learning loop (same process, for the ratio)", fmt_rate(r["engine"]), "-",
+                     f"{r['engine']['steps']:,}")]
+            for key, label in (("torch_batched_autograd", "torch, all clients batched, autograd (fair row)"),
+                               ("torch_batched_analytic", "torch, all clients batched, analytic gradient"),
+                               ("torch_per_sample_loop", "torch, per-client per-sample autograd loop")):
+                x = r[key]
+                ok = x["max_abs_diff_vs_engine"] <= ENGINE_TOL
+                rows.append((label, fmt_rate(x), f"{x['max_abs_diff_vs_engine']:.1e}" + (" OK" if ok else " FAILED"),
+                             f"{x['steps']:,}"))
+            table(rows, ("implementation", "client-samples/s", "max |loss - engine|", "steps"))
+            print(f"torch {r['torch']}, {r['torch_threads']} threads")
+
+    if "per-sample" not in skip:
+        name, task, M, d, K, eta = (QUICK_CONFIGS if quick else CONFIGS)[0]
+        spec = {"kind": "per_sample", "name": "per-sample", "M": M, "d": d, "eta": eta, "min_seconds": min_s,
+                "repeats": reps}
+        r = run_child(spec)
+        res["per_sample"] = r
+        print(f"\n== per-sample Python learners (learning loops, logistic M={M} d={d}): a run that includes "
+              f"them is bound by them ==")
+        if "error" in r:
+            print("error: " + r["error"])
+        else:
+            table([("FedSEA alone, tau=1", fmt_rate(r["fedsea_alone_tau1"])),
+                   ("centralized (compiled sequential loop)", fmt_rate(r["centralized"])),
+                   ("river (one River LogisticRegression per client; library reference)", fmt_rate(r["river"])),
+                   ("default set: FedSEA tau=10 + tau1 + local + centralized", fmt_rate(r["default_set"]))],
+                  ("learner", "client-samples/s (of the stream)"))
+
+    if "startup" not in skip:
+        r = measure_startup(args.startup_repeats or (2 if quick else 5), quick)
+        res["startup"] = r
+        print("\n== start-up: `streamfl run` (warm caches) to its first step ==")
+        if "error" in r:
+            print("error: " + r["error"])
+        else:
+            s, c, w = r["to_first_step"], r["cpu_to_first_step"], r["whole_T1_run"]
+            table([(r["config"], f"{s['median']:.2f} [{s['min']:.2f}-{s['max']:.2f}]",
+                    f"{c['median']:.2f} [{c['min']:.2f}-{c['max']:.2f}]",
+                    f"{w['median']:.2f} [{w['min']:.2f}-{w['max']:.2f}]", "MET" if s["median"] < 1.5 else "not met")],
+                  ("run", "to first step (wall), s", "CPU time to first step, s", "whole T=1 run, s", "< 1.5 s?"))
+            print(f"(wall time depends on the machine's load: load average {r['load_avg'][0]:.1f} on "
+                  f"{os.cpu_count()} CPUs; the CPU time of the process does much less)")
 
     if args.json is not None:
-        import river
-        import torch
-        figures = {
-            "config": {"task": "logistic", "clients": M, "dim": d, "batch_size": 1, "tau": tau, "eta": eta,
-                       "seed": args.seed, "engine_steps": args.steps, "river_steps": args.river_steps,
-                       "torch_steps": args.torch_steps, "check_steps": n_check, "engine_repeats": args.repeats},
-            "seconds": {"engine": engine_sec, "engine_all_repeats": times, "river": river_sec,
-                        "river_dict_conversion": river_convert, "torch": torch_sec},
-            "samples_per_second": {**sps, "river_including_dict_conversion": river_with_convert},
-            "ratios": {"engine_over_river": ratio_river, "engine_over_torch": ratio_torch},
-            "target": {"engine_over_river_min": TARGET_RATIO_RIVER, "met": ratio_river >= TARGET_RATIO_RIVER},
-            "max_abs_diff_vs_reference": diffs,
-            "engine_check_passed": ok,
-            "versions": {"python": platform.python_version(), "numpy": np.__version__,
-                         "torch": torch.__version__, "river": river.__version__,
-                         "torch_threads": torch.get_num_threads()},
-        }
-        args.json.write_text(json.dumps(figures, indent=2))
-        print(f"figures written to {args.json}")
-    return 0 if ok else 1
+        args.json.write_text(json.dumps(res, indent=2, default=float))
+        print(f"\nfigures written to {args.json}")
+    return 0
 
 
 if __name__ == "__main__":

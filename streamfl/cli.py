@@ -69,11 +69,11 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         _fail(_message(e))
     from .runtime.experiment import run_experiment
     from .runtime.live import LiveView
-    from .runtime.sweep import run_sweep
     try:
         if seeds is not None:
             cfg = cfg.model_copy(update={"seeds": seeds})
         if cfg.sweep is not None:
+            from .runtime.sweep import run_sweep     # imported only for a sweep: start-up of a single run
             result = run_sweep(cfg, out, console=console, live=live, plots=plots)
             console.print(f"[bold green]sweep done[/] → {result['dir']}")
             if result["plot"]:
@@ -89,7 +89,12 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         from .runtime.experiment import build_stream
         stream = build_stream(cfg)
         _print_inputs(cfg, stream)
-        view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau}", stream.n_steps, console=console, enabled=live)
+        from .runtime.learners import bottleneck_note
+        slow = bottleneck_note(cfg.baselines)
+        if slow:
+            console.print(slow, soft_wrap=True)
+        view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau}", stream.n_steps, console=console, enabled=live,
+                        bottleneck=slow)
         with view:
             summary = run_experiment(cfg, out, on_chunk=view, plots=plots and cfg.output.plots, stream=stream)
     except USER_ERRORS as e:

@@ -38,6 +38,9 @@ baselines: [tau1, local, centralized, river]
     assert "static regret" in proc.stdout
     assert summary["run_dir"] == str(out.resolve())          # stored paths are absolute
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "small.yaml"]
+    # river loops over clients and samples in Python: the header names it as the run's bottleneck
+    assert "bottleneck: learner river" in proc.stdout
+    assert summary["bottleneck"].startswith("bottleneck: learner river: one River model per client")
 
 
 def test_bad_config_is_one_line_without_traceback(tmp_path):

@@ -68,3 +68,24 @@ def test_divergence_is_one_clear_error(tmp_path):
                         "learner": {"step_size": {"eta": 5}}, "baselines": []})
     with pytest.raises(DivergenceError, match=r"learner 'fedsea' diverged at step t=\d+ \(its loss is inf or NaN\); lower"):
         run_experiment(cfg, tmp_path / "d", plots=False)
+
+
+def test_live_view_names_the_per_sample_learner_that_bounds_the_run(tmp_path):
+    from rich.console import Console
+
+    from streamfl.runtime.learners import bottleneck_note
+    from streamfl.runtime.live import LiveView
+
+    assert bottleneck_note(["tau1", "local", "centralized"]) is None      # all compiled: no note
+    note = bottleneck_note(["tau1", "river"])
+    assert note.startswith("bottleneck: learner river: one River model per client")
+    cfg = small(baselines=["tau1", "river"]).model_copy(update={"steps": 50})
+    shown = {}
+    for key, slow in (("river", note), ("none", None)):
+        console = Console(width=400, record=True)
+        view = LiveView("x", 50, console=console, enabled=False, bottleneck=slow)
+        summary = run_experiment(cfg, tmp_path / key, plots=False,
+                                 on_chunk=lambda tr, stream, v=view, c=console: c.print(v.table(tr)))
+        shown[key] = console.export_text()
+    assert "bottleneck: learner river" in shown["river"] and "bottleneck" not in shown["none"]
+    assert summary["bottleneck"] == note

@@ -13,12 +13,15 @@ operations over all M clients.
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Callable
 
 import numpy as np
 
 
 MAIN = "fedsea"        # the name of the main learner (FedSEA) in losses, summaries and metrics
+FIRST_STEP_STAMP = "STREAMFL_FIRST_STEP_STAMP"   # env: a file to receive time.time() when step 1 starts
 
 
 class DivergenceError(ValueError):
@@ -48,6 +51,12 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
     on_chunk : callable(tracker) or None
         Called after every chunk (live view, progress).
 
+    If the environment variable ``STREAMFL_FIRST_STEP_STAMP`` names a file,
+    the wall-clock time (``time.time()``, s) at which the first chunk is
+    handed to the learners and the process's CPU time so far
+    (``time.process_time()``, s) are written there, separated by a space:
+    the start-up benchmark reads them.
+
     Raises
     ------
     DivergenceError
@@ -55,7 +64,12 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
     """
     M = stream.n_clients
     counted = hasattr(learners[main], "bytes_up")      # FedSEA counts its payload bytes (cumulative)
+    stamp = os.environ.get(FIRST_STEP_STAMP)
     for chunk in stream.chunks(chunk_size):
+        if stamp:                    # start-up measurement (benchmarks/throughput.py): wall clock at step 1
+            with open(stamp, "w") as fh:
+                fh.write(f"{time.time()!r} {time.process_time()!r}")
+            stamp = None
         n = chunk.n_steps
         losses = {name: np.empty((n, M)) for name in learners}
         up, down = np.zeros(n, np.int64), np.zeros(n, np.int64)

@@ -22,7 +22,7 @@ from ..aggregation import FedAvg
 from ..regret import RegretTracker
 from .engine import MAIN, run_stream
 from .header import describe_inputs
-from .learners import Centralized, Federated, RiverClients
+from .learners import Centralized, Federated, RiverClients, bottleneck_note
 from .sink import MetricsSink
 
 
@@ -208,6 +208,7 @@ def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> 
         "elapsed_seconds": elapsed, "samples_per_second": tracker.state.samples / max(elapsed, 1e-9),
         "config": json.loads(cfg.model_dump_json()), "run_dir": str(run_dir),
         "metrics_file": sink.path.name, "inputs": describe_inputs(cfg, stream),
+        "bottleneck": bottleneck_note(cfg.baselines),
     })
     summary["gaps"] = {name: summary["cum_loss"][MAIN] - v for name, v in summary["cum_loss"].items() if name != MAIN}
     (run_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2))

@@ -10,7 +10,8 @@ the clients' current models, shape (M, d, K).
   the local-only baseline.
 * :class:`Centralized` — one model on the pooled stream: at step t it sees the
   M·b samples of all clients one after another (client order), each tested
-  then trained on. Sequential by nature, so it loops over the M·b samples.
+  then trained on. Sequential by nature: its loop over the M·b samples is
+  one compiled (numba) call.
 * :class:`RiverClients` — one River linear model per client with the same
   model, step and loss as the local-only learner, so results can be checked
   against the library users know. It loops over clients and samples in
@@ -19,10 +20,47 @@ the clients' current models, shape (M, d, K).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..aggregation import FedAvg, LocalOnly, Strategy
 from ..models import StackedLinear, StepSize, loss_of_scores
+from ..models.kernels import LEAST_SQUARES, LOGISTIC, SOFTMAX, sequential_sgd
+
+
+#: Learners that loop over clients and samples in Python; a run that includes one is bound by it.
+PER_SAMPLE_PYTHON = {
+    "river": "one River model per client, a Python loop over clients and samples "
+             "(about 6 µs per client-sample at d = 10, 20-50× slower than the compiled learners)",
+}
+
+
+def bottleneck_note(baselines) -> str | None:
+    """The line the run header and live view show when a per-sample Python learner bounds the run.
+
+    Parameters
+    ----------
+    baselines : iterable of str
+        The run's baselines (``cfg.baselines``).
+
+    Returns
+    -------
+    str or None
+        ``None`` when every learner is compiled/vectorised.
+
+    Examples
+    --------
+    >>> bottleneck_note(["tau1", "local", "centralized"]) is None
+    True
+    >>> bottleneck_note(["local", "river"])[:35]
+    'bottleneck: learner river: one Rive'
+    """
+    slow = [name for name in baselines if name in PER_SAMPLE_PYTHON]
+    if not slow:
+        return None
+    return "; ".join(f"bottleneck: learner {name}: {PER_SAMPLE_PYTHON[name]}; it sets this run's speed "
+                     f"(drop it from baselines for engine speed)" for name in slow)
 
 
 class Federated:
@@ -126,6 +164,33 @@ class Centralized:
     as far as one averaged FedSEA round of mini-batch steps with η_t (to first
     order), so the comparison isolates *when* information is shared, not how
     large the steps are.
+
+    The sequential inner loop (clients, then samples, then projection onto
+    the ball of radius D after every sample) is one compiled call,
+    :func:`streamfl.models.kernels.sequential_sgd`; its numbers equal the
+    per-sample ``StackedLinear(1, d)`` loop it replaces to 1e-12
+    (tests/test_kernels.py).
+
+    Parameters
+    ----------
+    n_clients, n_features : int
+        M, d.
+    task : {"least_squares", "logistic", "softmax"}
+    step_size : StepSize
+        η_t at the global step t = 1, 2, ….
+    n_classes : int
+        K (softmax).
+    radius : float or None
+        D (projection after every sample), ``None`` for none.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> c = Centralized(2, 1, "least_squares", StepSize("constant", eta=1.0))
+    >>> c.step(np.ones((2, 1, 1)), np.array([[2.0], [4.0]]), t=1)   # 2nd sample sees w = 1
+    array([2. , 4.5])
+    >>> float(c.models[0, 0, 0])                                     # 1 + (4 − 1)/2
+    2.5
     """
 
     def __init__(self, n_clients, n_features, task, step_size: StepSize, n_classes=1, radius=None):
@@ -133,22 +198,24 @@ class Centralized:
         self.scale = 1.0
         self.model = StackedLinear(1, n_features, task, lambda t: step_size(t) * self.scale, n_classes, radius)
         self.M = n_clients
+        self._kind = {"least_squares": LEAST_SQUARES, "logistic": LOGISTIC, "softmax": SOFTMAX}[task]
+        self._radius = math.inf if radius is None else float(radius)
+        self._all = np.ones(n_clients, dtype=np.bool_)
 
     @property
     def models(self):
         return np.broadcast_to(self.model.W, (self.M,) + self.model.W.shape[1:])
 
     def step(self, X, y, t, mask=None):
+        """Test-then-train on the pooled samples in client order; returns each client's mean loss (M,)."""
         M, b, _ = X.shape
-        losses = np.zeros(M)
         present = M if mask is None else int(mask.sum())
         self.scale = 1.0 / (max(present, 1) * b)
-        for m in range(M):
-            if mask is not None and not mask[m]:
-                continue
-            for j in range(b):
-                losses[m] += self.model.test_then_train(X[m:m + 1, j:j + 1], y[m:m + 1, j:j + 1], t)[0]
-        return losses / b
+        losses = np.empty(M)
+        sequential_sgd(self.model.W[0], X, np.asarray(y, dtype=np.float64),
+                       self._all if mask is None else np.asarray(mask, dtype=np.bool_),
+                       self.step_size(t) * self.scale, self._kind, self._radius, losses)
+        return losses
 
 
 class _RiverSchedule:

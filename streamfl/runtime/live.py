@@ -38,11 +38,15 @@ class LiveView:
 
     Use ``view(tracker, stream)`` as the engine's ``on_chunk`` hook. For a
     real table the title also counts the rows not streamed (the stream's
-    ``n_dropped_``: incomplete last mini-batches).
+    ``n_dropped_``: incomplete last mini-batches). ``bottleneck`` (from
+    :func:`streamfl.runtime.learners.bottleneck_note`) names the per-sample
+    Python learner that bounds the run, shown under the rate.
     """
 
-    def __init__(self, title: str, total_steps: int, console=None, enabled: bool = True):
+    def __init__(self, title: str, total_steps: int, console=None, enabled: bool = True,
+                 bottleneck: str | None = None):
         self.title, self.total, self.enabled = title, total_steps, enabled
+        self.bottleneck = bottleneck       # bottleneck_note(cfg.baselines): a per-sample Python learner
         self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("steps"), TimeElapsedColumn(), TimeRemainingColumn(), console=console)
         self.task = self.progress.add_task(title, total=total_steps)
@@ -118,7 +122,8 @@ class LiveView:
         regime.add_column("N ≥ V + P ⇒ averaging helps")
         regime.add_row(_fmt(reg.get("noise_term")), _fmt(reg.get("temporal_term")), _fmt(reg.get("transient_term")),
                        verdict)
-        return Group(t, r, het, regime, *(Text(n, style="dim") for n in dict.fromkeys(notes)))
+        slow = [Text(self.bottleneck, style="yellow")] if self.bottleneck else []
+        return Group(t, *slow, r, het, regime, *(Text(n, style="dim") for n in dict.fromkeys(notes)))
 
     def __call__(self, tracker, stream=None) -> None:
         self.dropped = int(getattr(stream, "n_dropped_", 0) or 0)
