@@ -107,7 +107,8 @@ class RegretTracker:
 
     def __init__(self, stream, main: str, learners: list[str], radius: float | None = None,
                  sink=None, spool_dir: str | None = None, reservoir_size: int = 4096, seed: int = 0,
-                 client_columns: bool = True, step_size=None, tau: int | None = None):
+                 client_columns: bool = True, step_size=None, tau: int | None = None,
+                 refresh_every: int = 1024, memory_budget_mb: float = 512.0, client_hindsight_max: int = 4096):
         self.M, self.d, self.b = stream.n_clients, stream.n_features, stream.batch_size
         self.task, self.K = stream.task, (stream.n_classes if stream.task == "softmax" else 1)
         self.population = stream.population
@@ -120,8 +121,22 @@ class RegretTracker:
         self.state = LiveState()
         self.total_weight = 0.0
         self.second_moment = np.zeros((self.d, self.d))
+        self._data_smoothness = getattr(self.population, "smoothness", None) is None
+        T = self.T = stream.n_steps
+        self.checkpoints = set(np.unique(np.geomspace(max(1, T / 2**15), T, 16).astype(int)).tolist())
+        self.refresh_every = max(1, int(refresh_every))
+        self.memory_budget_mb = float(memory_budget_mb)
+        self.notes = []
         if self.task == "least_squares":
-            self.hindsight = LeastSquaresHindsight(self.M, self.d, radius)
+            need = (self.M + 1) * self.d * self.d * 8 / 2**20
+            per_client = need <= self.memory_budget_mb
+            if not per_client:
+                self.notes.append(
+                    f"per-client static regret skipped: the per-client d×d statistics need {need:.0f} MB, "
+                    f"more than tracker.memory_budget_mb = {self.memory_budget_mb:g}; the network comparator "
+                    f"is exact ({self.d * self.d * 8 / 2**20:.1f} MB)")
+            self.hindsight = LeastSquaresHindsight(self.M, self.d, radius, refresh_every=self.refresh_every,
+                                                   extra=sorted(self.checkpoints | {T}), per_client=per_client)
             self.reservoir = None
         else:
             self.hindsight = None
@@ -152,8 +167,6 @@ class RegretTracker:
         self.prev_scale = None
         self.prev_est = None
         self.D = math.nan if self.known else (2.0 * radius if radius is not None else math.nan)
-        T = self.T = stream.n_steps
-        self.checkpoints = set(np.unique(np.geomspace(max(1, T / 2**15), T, 16).astype(int)).tolist())
         self.checkpoint_loss = {}
         self.checkpoint_regret = {}
         self.checkpoint_exp = {}
@@ -226,14 +239,16 @@ class RegretTracker:
             self.checkpoint_loss[int(ts[i])] = float(cum[self.main][i])
         client_cum = self.client_cum + np.cumsum(losses[self.main], axis=0)
         self.client_cum = client_cum[-1].copy()
-        self.second_moment += np.einsum("nm,nmbd,nmbe->de", c / self.b, chunk.X, chunk.X)
+        if self._data_smoothness:            # L from the data (a synthetic population knows its own)
+            Xf = chunk.X.reshape(-1, self.d)
+            self.second_moment += Xf.T @ (Xf * np.repeat((c / self.b).reshape(-1), self.b)[:, None])
         self.total_weight += float(c.sum())
 
         # realised static regret
         client_regret = None
         if self.hindsight is not None:
-            comp, client_comp = self.hindsight.update(chunk.X, chunk.y, c, present)
-            client_regret = client_cum - client_comp
+            comp, client_comp = self.hindsight.update(chunk.X, chunk.y, c, present, t0=chunk.t0)
+            client_regret = None if client_comp is None else client_cum - client_comp
         else:
             comp = np.empty(n)
             start = 0
@@ -465,6 +480,18 @@ class RegretTracker:
         st.heterogeneity = self.heterogeneity_summary()
 
     # ------------------------------------------------------------------ summaries
+    def static_live_method(self) -> str:
+        """How the live (per-step) static comparator is computed; the live view and summary.json say it."""
+        if self.hindsight is not None:
+            k = self.refresh_every
+            if k == 1:
+                return "exact at every step (sufficient statistics)"
+            return (f"exact at steps t ≤ 16, powers of two, every {k} steps (tracker.refresh_every), the "
+                    f"checkpoints and T; in between the last exact minimiser's loss (an upper bound on the "
+                    f"comparator, so a live regret ≤ the exact one)")
+        return ("estimate on a reservoir of samples refitted at steps 16, 32, 64, 128 and every 256 steps; "
+                "exact at the end of the run")
+
     def smoothness(self) -> float:
         """L: the population's, or estimated from the running second moment of
         the features: λ_max(E aaᵀ) for the squared loss, λ_max/4 for logistic
@@ -572,12 +599,20 @@ class RegretTracker:
                "regret_static_virtual": st.regret.get("static_virtual"),
                "regret_expected_virtual": st.regret.get("expected_virtual"),
                "regret_static_method": "exact (sufficient statistics)" if self.hindsight else "exact (L-BFGS over the recorded stream)",
+               "regret_static_live_method": self.static_live_method(),
                "regret_expected_method": self.expected_method, "regret_dynamic_method": self.dynamic_method,
                "static_checkpoints": []}
         last = getattr(self, "client_last", {"static": None, "expected": None, "dynamic": None})
         clients = {k: (None if v is None else v.copy()) for k, v in last.items()}
         if self.hindsight is not None:
-            out["comparator_static"] = st.comparator
+            # exact now, whatever the last step was (a no-op in value when it was a refresh step)
+            value, _ = self.hindsight.solve()
+            out["comparator_static"] = float(value[0])
+            out["regret_static_live_estimate"] = st.regret.get("static")
+            out["regret_static"] = float(st.cum_loss[self.main] - value[0])
+            out["regret_static_virtual"] = float(self.cum_virtual - value[0])
+            if self.hindsight.per_client:
+                clients["static"] = self.client_cum - value[1:]
             out["static_checkpoints"] = sorted(self.checkpoint_regret.items())
         if self.spool is not None:
             for f in self.spool.values():
@@ -647,6 +682,7 @@ class RegretTracker:
             k: (None if v is None else {"min": float(np.min(v)), "median": float(np.median(v)), "max": float(np.max(v))})
             for k, v in clients.items()}
         out["heterogeneity"] = self.heterogeneity_summary()
+        out["tracker_notes"] = list(self.notes)
         out["samples"] = st.samples
         out["client_steps"] = self.client_steps.astype(int).tolist()
         out["client_last_step"] = self.client_last_step.tolist()
