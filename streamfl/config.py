@@ -301,7 +301,8 @@ class OutputConfig(_Model):
 
 class TrackerConfig(_Model):
     """How the regret tracker trades live precision for speed and memory (the final values are exact)."""
-    refresh_every: int = Field(1024, ge=1)        # k: exact least-squares hindsight solve every k steps (1: every step)
+    # k: exact least-squares hindsight solve every k steps (1: every step); None: 1 when d ≤ 16, else 1024
+    refresh_every: int | None = Field(None, ge=1)
     memory_budget_mb: float = Field(512.0, gt=0)  # per-client d×d hindsight statistics only within this budget
     client_hindsight_max: int = Field(4096, ge=0)  # logistic/softmax: exact per-client comparators at the end up to this M
 

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .fastquad import kappa_unique, softplus_mean
 from .comparators import LeastSquaresHindsight, ReservoirHindsight, quadratic_min, refit_points, solve_hindsight
 from .heterogeneity import RunningMean, client_gradients, empirical_estimates, population_estimates
 from .regime import RegimeTerms, literal_condition
@@ -108,7 +109,7 @@ class RegretTracker:
     def __init__(self, stream, main: str, learners: list[str], radius: float | None = None,
                  sink=None, spool_dir: str | None = None, reservoir_size: int = 4096, seed: int = 0,
                  client_columns: bool = True, step_size=None, tau: int | None = None,
-                 refresh_every: int = 1024, memory_budget_mb: float = 512.0, client_hindsight_max: int = 4096):
+                 refresh_every: int | None = None, memory_budget_mb: float = 512.0, client_hindsight_max: int = 4096):
         self.M, self.d, self.b = stream.n_clients, stream.n_features, stream.batch_size
         self.task, self.K = stream.task, (stream.n_classes if stream.task == "softmax" else 1)
         self.population = stream.population
@@ -124,7 +125,8 @@ class RegretTracker:
         self._data_smoothness = getattr(self.population, "smoothness", None) is None
         T = self.T = stream.n_steps
         self.checkpoints = set(np.unique(np.geomspace(max(1, T / 2**15), T, 16).astype(int)).tolist())
-        self.refresh_every = max(1, int(refresh_every))
+        # auto: every step while a solve is cheap (d ≤ 16), else every 1024 steps
+        self.refresh_every = max(1, int(refresh_every)) if refresh_every else (1 if self.d <= 16 else 1024)
         self.memory_budget_mb = float(memory_budget_mb)
         self.notes = []
         if self.task == "least_squares":
@@ -376,8 +378,20 @@ class RegretTracker:
         sc, nz = chunk.scale, chunk.noise
         nkw = {} if (nz is None or self.task != "least_squares") else {"noise": nz}
         out = {}
-        F_played = pop.loss(models, opt, scale=sc, **nkw)                       # (n, M)
-        F_avg = pop.loss(average[:, None, :], opt, scale=sc, **nkw)              # (n, M)
+        if self.task == "logistic":
+            # F(x) = A(s‖x‖) − s² (x·w) κ(s‖w‖): κ once per distinct optimum norm, A interpolated
+            # (:mod:`streamfl.regret.fastquad`); one pass per chunk instead of a quadrature per call
+            s_ = pop.feature_scale if sc is None else sc
+            kw = kappa_unique(s_ * np.sqrt(np.einsum("nmd,nmd->nm", opt, opt)))
+
+            def F(x):
+                nx = np.sqrt(np.einsum("...d,...d->...", x, x))
+                return softplus_mean(s_ * nx) - s_ * s_ * np.sum(x * opt, axis=-1) * kw
+        else:
+            def F(x):
+                return pop.loss(x, opt, scale=sc, **nkw)
+        F_played = F(models)                                                     # (n, M)
+        F_avg = F(average[:, None, :])                                           # (n, M)
         exp_learner = self.exp_learner + np.cumsum(np.einsum("nm,nm->n", c, F_played))
         exp_virtual = self.exp_virtual + np.cumsum(np.einsum("nm,nm->n", c, F_avg))
         self.exp_learner, self.exp_virtual = float(exp_learner[-1]), float(exp_virtual[-1])
@@ -421,11 +435,11 @@ class RegretTracker:
         u = pop.minimize_mean(opt, x0=None if self.u_prev is None else np.broadcast_to(self.u_prev, average.shape),
                               radius=self.radius, scale=sc, weights=None if sc is None else c)
         self.u_prev = u[-1].copy()
-        gap = np.einsum("nm,nm->n", c, F_avg - pop.loss(u[:, None, :], opt, scale=sc, **nkw))
+        gap = np.einsum("nm,nm->n", c, F_avg - F(u[:, None, :]))
         out["regret_dynamic"] = self.dynamic + np.cumsum(gap)
         self.dynamic = float(out["regret_dynamic"][-1])
         # each client against its own per-step optimum (the projection of x*_{t,m}: F_{t,m} is isotropic)
-        own = pop.loss(_project_rows(opt, self.radius), opt, scale=sc, **nkw)
+        own = F(_project_rows(opt, self.radius))
         client_dynamic = self.client_dyn + np.cumsum(F_played - own, axis=0)
         self.client_dyn = client_dynamic[-1].copy()
         return out, u, client_expected, client_dynamic, part

@@ -181,7 +181,8 @@ def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> 
     sink = MetricsSink(run_dir, cfg.output.format)
     tracker = RegretTracker(stream, MAIN, list(learners), radius=cfg.learner.radius, sink=sink,
                             spool_dir=str(run_dir / "spool"), reservoir_size=cfg.reservoir_size, seed=cfg.seed,
-                            client_columns=cfg.output.client_columns, **tracker_learner(cfg))
+                            client_columns=cfg.output.client_columns, **tracker_learner(cfg),
+                            **cfg.tracker.model_dump())
     started = time.perf_counter()
     hook = (lambda tr: on_chunk(tr, stream)) if on_chunk else None
     run_stream(stream, learners, tracker, MAIN, cfg.chunk_size, hook)
