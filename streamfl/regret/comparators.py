@@ -429,7 +429,11 @@ class ReservoirHindsight:
         keep = w > 0
         keys = self.rng.random(w.shape)[keep] ** (1.0 / w[keep])
         allk = np.concatenate([self.keys, keys])
-        top = np.argsort(-allk, kind="stable")[: self.size]
+        if len(allk) > self.size:           # the R largest keys in O(N), then sorted (same order as a full sort)
+            top = np.argpartition(-allk, self.size - 1)[: self.size]
+            top = top[np.argsort(-allk[top], kind="stable")]
+        else:
+            top = np.argsort(-allk, kind="stable")
         self.X = np.concatenate([self.X, X.reshape(-1, d)[keep]])[top]
         self.y = np.concatenate([self.y, y.reshape(-1)[keep]])[top]
         self.lo = np.concatenate([self.lo, lo[keep]])[top]
