@@ -33,12 +33,28 @@ learner's cumulative loss and its regret against the comparators:
 
 Memory is constant in T: per-step rows go to ``sink`` chunk by chunk.
 
-Cost per step, on top of the static comparator: O(M d K) for the
-decomposition and per-client regrets, O(M b d K) for the empirical
-heterogeneity estimates (two gradient evaluations of every mini-batch), and
-for the logistic population a few 1-D quadratures per client (the noise's
-2-D quadrature on every M-th step only). The least-squares static comparator
-keeps d×d statistics per client (O(M b d² + M d³) per step).
+How the costs grow (n steps per chunk, M clients, b samples, d features,
+K classes; nothing kept grows with T: per-step rows go to ``sink``, running
+means keep ≤ 32 blocks, checkpoints ≤ 16, the reservoir R samples; the
+logistic/softmax spool of samples for the exact end-of-run solve is on disk,
+in the run folder, and deleted by :meth:`finalize`):
+
+* losses, decomposition, consensus, per-client regrets: O(M b d K) per step;
+* empirical heterogeneity (real data): two gradient evaluations of every
+  mini-batch, O(M b d K) per step;
+* logistic population terms (synthetic): F at every played model through
+  the interpolated softplus mean (:mod:`streamfl.regret.fastquad`), O(M d)
+  per step; κ once per distinct optimum norm; σ² by the 2-D quadrature on 8
+  rotating clients every 64th step (:data:`NOISE_EVERY`,
+  :data:`NOISE_CLIENTS`), O(d) per step on average;
+* least-squares static comparator: Gram sums O(M b d²) per step (one matrix
+  product per segment), warm values O(M b d), an exact solve O(M d³) every
+  ``refresh_every`` steps (:class:`LeastSquaresHindsight`); per-client d×d
+  statistics only within ``memory_budget_mb``;
+* logistic/softmax static comparator: reservoir refits every 256 steps
+  (L-BFGS over R samples), spool writes O(M b d) per step; at the end one
+  solver run over the spool per checkpoint and one per client (up to
+  ``client_hindsight_max`` clients), each O(T M b d) per iteration.
 """
 
 from __future__ import annotations
