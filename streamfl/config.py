@@ -359,6 +359,14 @@ class OutputConfig(_Model):
     client_columns: bool = True
 
 
+class TrackerConfig(_Model):
+    """How the regret tracker trades live precision for speed and memory (the final values are exact)."""
+    # k: exact least-squares hindsight solve every k steps (1: every step); None: 1 when d ≤ 16, else 1024
+    refresh_every: int | None = Field(None, ge=1)
+    memory_budget_mb: float = Field(512.0, gt=0)  # per-client d×d hindsight statistics only within this budget
+    client_hindsight_max: int = Field(4096, ge=0)  # logistic/softmax: exact per-client comparators at the end up to this M
+
+
 class SweepConfig(_Model):
     """Run the experiment once per combination of values.
 
@@ -406,6 +414,7 @@ class ExperimentConfig(_Model):
     output: OutputConfig = Field(default_factory=OutputConfig)
     chunk_size: int = Field(256, ge=1)
     reservoir_size: int = Field(4096, ge=16)
+    tracker: TrackerConfig = Field(default_factory=TrackerConfig)
     seeds: int = Field(1, ge=1)
     sweep: SweepConfig | None = None
 

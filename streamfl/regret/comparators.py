@@ -28,7 +28,8 @@ from scipy.special import softmax
 from ..models.losses import get_loss
 
 
-def quadratic_min(A: np.ndarray, v: np.ndarray, e: np.ndarray, radius: float | None = None) -> np.ndarray:
+def quadratic_min(A: np.ndarray, v: np.ndarray, e: np.ndarray, radius: float | None = None,
+                  return_x: bool = False):
     """min_{‖x‖ ≤ radius} ½ xᵀAx − vᵀx + ½ e, batched.
 
     Parameters
@@ -39,11 +40,17 @@ def quadratic_min(A: np.ndarray, v: np.ndarray, e: np.ndarray, radius: float | N
     radius : float or None
         The L2-ball radius D; ``None`` for no constraint. On the boundary the
         multiplier ν solving ‖(A + νI)⁻¹v‖ = D is found by bisection.
+    return_x : bool
+        Also return the minimiser.
 
     Returns
     -------
-    ndarray (...)
+    value : ndarray (...)
         The minimum value (for least squares: the comparator's cumulative loss).
+    x : ndarray (..., d), only with ``return_x``
+        A minimiser (the minimum-norm one where A is singular).
+
+    Cost: one symmetric eigendecomposition per matrix, O(d³) each.
     """
     lam, Q = np.linalg.eigh(A)
     vt = np.einsum("...dk,...d->...k", Q, v)
@@ -52,36 +59,88 @@ def quadratic_min(A: np.ndarray, v: np.ndarray, e: np.ndarray, radius: float | N
     safe = np.where(keep, lam, 1.0)
     xt = np.where(keep, vt / safe, 0.0)
     value = 0.5 * e - 0.5 * np.sum(xt * vt, axis=-1)
-    if radius is None:
+    if radius is not None:
+        outside = np.sum(xt**2, axis=-1) > radius**2
+        if np.any(outside):
+            lo_, vt_, keep_ = lam[outside], vt[outside], keep[outside]
+            lo = np.zeros(lo_.shape[0])
+            hi = np.sqrt(np.sum(vt_**2, axis=-1)) / radius + 1.0
+            for _ in range(200):
+                nu = 0.5 * (lo + hi)
+                xn = np.where(keep_, vt_ / (lo_ + nu[:, None]), 0.0)
+                big = np.sum(xn**2, axis=-1) > radius**2
+                lo, hi = np.where(big, nu, lo), np.where(big, hi, nu)
+            xn = np.where(keep_, vt_ / (lo_ + hi[:, None]), 0.0)
+            value = value.copy()
+            value[outside] = 0.5 * np.sum(lo_ * xn**2, axis=-1) - np.sum(vt_ * xn, axis=-1) + 0.5 * e[outside]
+            xt = xt.copy()
+            xt[outside] = xn
+    if not return_x:
         return value
-    outside = np.sum(xt**2, axis=-1) > radius**2
-    if not np.any(outside):
-        return value
-    lo_, vt_, keep_ = lam[outside], vt[outside], keep[outside]
-    lo = np.zeros(lo_.shape[0])
-    hi = np.sqrt(np.sum(vt_**2, axis=-1)) / radius + 1.0
-    for _ in range(200):
-        nu = 0.5 * (lo + hi)
-        xn = np.where(keep_, vt_ / (lo_ + nu[:, None]), 0.0)
-        big = np.sum(xn**2, axis=-1) > radius**2
-        lo, hi = np.where(big, nu, lo), np.where(big, hi, nu)
-    xn = np.where(keep_, vt_ / (lo_ + hi[:, None]), 0.0)
-    value = value.copy()
-    value[outside] = 0.5 * np.sum(lo_ * xn**2, axis=-1) - np.sum(vt_ * xn, axis=-1) + 0.5 * e[outside]
-    return value
+    return value, np.einsum("...dk,...k->...d", Q, xt)
+
+
+def refresh_steps(t0: int, n: int, every: int, extra=()) -> list[int]:
+    """Offsets (1..n) inside steps t0+1..t0+n at which an exact solve is made.
+
+    Exact steps: every step when ``every`` = 1; otherwise t ≤ 16, the powers of
+    two below ``every``, the multiples of ``every`` and the steps in ``extra``
+    (the tracker passes its checkpoints and T). Absolute step numbers only, so
+    the values do not depend on chunking or on the machine's speed.
+
+    >>> refresh_steps(0, 40, 1024)
+    [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 32]
+    >>> refresh_steps(1000, 100, 1024, extra=[1100])
+    [24, 100]
+    """
+    if every <= 1:
+        return list(range(1, n + 1))
+    marks = {t for t in range(t0 + 1, min(t0 + n, 16) + 1)}
+    p = 32
+    while p < every:
+        if t0 < p <= t0 + n:
+            marks.add(p)
+        p *= 2
+    first = (t0 // every + 1) * every
+    marks.update(range(first, t0 + n + 1, every))
+    marks.update(int(t) for t in extra if t0 < t <= t0 + n)
+    return sorted(t - t0 for t in marks)
 
 
 class LeastSquaresHindsight:
-    """Exact best-fixed-model comparator for the squared loss, at every step.
+    """Best-fixed-model comparator for the squared loss, from running sufficient statistics.
 
-    Tracks G groups at once (group 0: the network with weights c_{t,m};
-    groups 1..M: each client alone with weight 1 per step it is present).
+    Tracks the network (weights c_{t,m}) and, when ``per_client``, each client
+    alone (weight 1 per step it is present), through A = Σ c a aᵀ/b,
+    v = Σ c a y/b and e = Σ c y²/b (memory (M + 1) d² floats with clients,
+    d² without; constant in T).
+
+    Exact at the *refresh steps* (:func:`refresh_steps`: every step with
+    ``refresh_every = 1``; otherwise t ≤ 16, powers of two, multiples of
+    ``refresh_every``, and the ``extra`` steps such as checkpoints and T),
+    where min_{‖x‖≤D} ½ xᵀAx − vᵀx + ½e is solved (:func:`quadratic_min`).
+    In between, the value is *warm*: the exact minimum at the last refresh r
+    plus the losses Σ_{r<s≤t} f_s(x̂_r) of that refresh's minimiser — an upper
+    bound on the exact comparator loss (so a live regret that is a lower bound
+    on the exact one), exact again at the next refresh.
+
+    Costs: Gram sums O(M b d²) per step (one batched matrix product per
+    segment between refreshes); warm values O(M b d) per step; an exact solve
+    O((M + 1) d³) per refresh, i.e. O(M d³ / refresh_every) per step on
+    average after the first steps. None of it grows with T.
 
     Parameters
     ----------
     n_clients, n_features : int
     radius : float or None
         Comparator set X = {‖x‖ ≤ radius}.
+    refresh_every : int
+        k, the period of the exact solves (1: exact at every step).
+    extra : iterable of int
+        More steps at which the values are exact.
+    per_client : bool
+        Keep each client's statistics (False: the network only; ``update``
+        returns None for the clients).
 
     Examples
     --------
@@ -93,42 +152,118 @@ class LeastSquaresHindsight:
     array([0., 1.])
     """
 
-    def __init__(self, n_clients: int, n_features: int, radius: float | None = None):
-        G, d = n_clients + 1, n_features
+    def __init__(self, n_clients: int, n_features: int, radius: float | None = None, refresh_every: int = 1,
+                 extra=(), per_client: bool = True):
+        M, d = n_clients, n_features
+        self.M, self.d = M, d
         self.radius = radius
+        self.refresh_every = max(1, int(refresh_every))
+        self.extra = sorted(int(t) for t in extra)
+        self.per_client = per_client
+        G = M + 1 if per_client else 1
         self.A = np.zeros((G, d, d))
         self.v = np.zeros((G, d))
         self.e = np.zeros(G)
+        self.t = 0
+        self.x = np.zeros((G, d))           # minimisers at the last refresh
+        self.value = np.zeros(G)            # warm comparator values after step self.t
+        self.refreshes = 0
 
-    def update(self, X, y, c, present):
+    def _absorb(self, X, y, c, p, cw):
+        """Add a segment's statistics. X (n, M, b, d); p = present/b; cw = c/present."""
+        n, M, b, d = X.shape
+        if self.per_client:
+            Xm = np.ascontiguousarray(X.transpose(1, 0, 2, 3)).reshape(M, n * b, d)
+            w = np.repeat(p.T, b, axis=1)                                         # (M, n b)
+            Ac = np.matmul(Xm.transpose(0, 2, 1), Xm * w[..., None])              # (M, d, d)
+            vc = np.einsum("mi,mid->md", w * np.ascontiguousarray(y.transpose(1, 0, 2)).reshape(M, n * b), Xm)
+            ec = np.einsum("nm,nmb->m", p, y * y)
+            if np.all(cw == cw[:1]):                     # the network's weights per client are fixed here
+                self.A[0] += np.einsum("m,mde->de", cw[0], Ac)
+                self.v[0] += cw[0] @ vc
+                self.e[0] += float(cw[0] @ ec)
+            else:
+                self._absorb_network(X, y, c)
+            self.A[1:] += Ac
+            self.v[1:] += vc
+            self.e[1:] += ec
+        else:
+            self._absorb_network(X, y, c)
+
+    def _absorb_network(self, X, y, c):
+        n, M, b, d = X.shape
+        Xf = X.reshape(-1, d)
+        w = np.repeat((c / b).reshape(-1), b)
+        self.A[0] += Xf.T @ (Xf * w[:, None])
+        self.v[0] += Xf.T @ (w * y.reshape(-1))
+        self.e[0] += float(w @ (y.reshape(-1) ** 2))
+
+    def _step_losses(self, X, y, c, p):
+        """f_s(x̂) per step for the stored minimisers: network (n,), clients (n, M) or None."""
+        r = np.einsum("nmbd,d->nmb", X, self.x[0]) - y
+        net = 0.5 * np.einsum("nm,nmb->n", c, r * r) / X.shape[2]
+        clients = None
+        if self.per_client:
+            rc = np.einsum("nmbd,md->nmb", X, self.x[1:]) - y
+            clients = 0.5 * p * np.sum(rc * rc, axis=2)
+        return net, clients
+
+    def solve(self):
+        """Exact values now (G,) and the minimisers; batched so that temporaries stay within A's size."""
+        G, d = self.A.shape[:2]
+        per = max(1, min(G, (1 << 24) // max(1, d * d)))
+        value, x = np.empty(G), np.empty((G, d))
+        for i in range(0, G, per):
+            value[i:i + per], x[i:i + per] = quadratic_min(self.A[i:i + per], self.v[i:i + per],
+                                                           self.e[i:i + per], self.radius, return_x=True)
+        return value, x
+
+    def update(self, X, y, c, present, t0: int | None = None):
         """Absorb a chunk; return the comparator loss after each step.
 
         Parameters
         ----------
         X : (n, M, b, d); y : (n, M, b); c : (n, M) network weights;
-        present : (n, M) bool.
+        present : (n, M) bool; t0 : int or None — the step before the chunk
+        (default: continue from the last step absorbed).
 
         Returns
         -------
         network : ndarray (n,)
-        clients : ndarray (n, M)
+        clients : ndarray (n, M), or None without ``per_client``
         """
-        b = X.shape[2]
+        n, M, b, d = X.shape
+        t0 = self.t if t0 is None else int(t0)
         p = present / b
-        # per client (weight 1 per step present), then the network (weights c_{t,m})
-        Ac = np.einsum("nm,nmbd,nmbe->nmde", p, X, X)
-        vc = np.einsum("nm,nmbd,nmb->nmd", p, X, y)
-        ec = np.einsum("nm,nmb->nm", p, y * y)
-        cw = np.divide(c, present, out=np.zeros_like(c), where=present)
-        A = np.concatenate([np.einsum("nm,nmde->nde", cw, Ac)[:, None], Ac], axis=1)
-        v = np.concatenate([np.einsum("nm,nmd->nd", cw, vc)[:, None], vc], axis=1)
-        e = np.concatenate([np.einsum("nm,nm->n", cw, ec)[:, None], ec], axis=1)
-        A = self.A + np.cumsum(A, axis=0)
-        v = self.v + np.cumsum(v, axis=0)
-        e = self.e + np.cumsum(e, axis=0)
-        self.A, self.v, self.e = A[-1].copy(), v[-1].copy(), e[-1].copy()
-        value = quadratic_min(A, v, e, self.radius)
-        return value[:, 0], value[:, 1:]
+        cw = np.divide(c, present, out=np.zeros_like(c, dtype=float), where=present)
+        net_out = np.empty(n)
+        cl_out = np.empty((n, M)) if self.per_client else None
+        start = 0
+        stops = refresh_steps(t0, n, self.refresh_every, self.extra)
+        if not stops or stops[-1] != n:
+            stops = stops + [n]
+        refresh = set(refresh_steps(t0, n, self.refresh_every, self.extra))
+        for stop in stops:
+            sl = slice(start, stop)
+            if stop not in refresh or stop - start > 1:
+                # warm values: the last refresh's minimisers on the new steps
+                fn, fc = self._step_losses(X[sl], y[sl], c[sl], p[sl])
+                net_out[sl] = self.value[0] + np.cumsum(fn)
+                if self.per_client:
+                    cl_out[sl] = self.value[1:] + np.cumsum(fc, axis=0)
+            self._absorb(X[sl], y[sl], c[sl], p[sl], cw[sl])
+            if stop in refresh:
+                self.value, self.x = self.solve()
+                self.refreshes += 1
+            else:
+                self.value = np.concatenate([[net_out[stop - 1]], cl_out[stop - 1]]) if self.per_client \
+                    else np.array([net_out[stop - 1]])
+            net_out[stop - 1] = self.value[0]
+            if self.per_client:
+                cl_out[stop - 1] = self.value[1:]
+            start = stop
+        self.t = t0 + n
+        return net_out, cl_out
 
 
 _BLOCK = 4096  # rows per partial sum in _weighted_logistic
@@ -294,7 +429,11 @@ class ReservoirHindsight:
         keep = w > 0
         keys = self.rng.random(w.shape)[keep] ** (1.0 / w[keep])
         allk = np.concatenate([self.keys, keys])
-        top = np.argsort(-allk, kind="stable")[: self.size]
+        if len(allk) > self.size:           # the R largest keys in O(N), then sorted (same order as a full sort)
+            top = np.argpartition(-allk, self.size - 1)[: self.size]
+            top = top[np.argsort(-allk[top], kind="stable")]
+        else:
+            top = np.argsort(-allk, kind="stable")
         self.X = np.concatenate([self.X, X.reshape(-1, d)[keep]])[top]
         self.y = np.concatenate([self.y, y.reshape(-1)[keep]])[top]
         self.lo = np.concatenate([self.lo, lo[keep]])[top]

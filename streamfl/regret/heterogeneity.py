@@ -121,7 +121,8 @@ class RunningMean:
 
 
 def population_estimates(population, models, average, optima, previous_optima, batch_size, steps=None,
-                         noise_every=1, comparator=None, scale=None, noise=None, previous_scale=None):
+                         noise_every=1, comparator=None, scale=None, noise=None, previous_scale=None,
+                         noise_clients=None):
     """Exact σ_t², ζ_t², K_t² for a chunk of synthetic steps.
 
     Parameters
@@ -144,6 +145,11 @@ def population_estimates(population, models, average, optima, previous_optima, b
         Per-client feature scales s_{t,m} and label noise σ_{t,m}.
     previous_scale : ndarray (M,) or None
         s_{t0−1,m} (for K² at the chunk's first step).
+    noise_clients : int or None
+        k: evaluate the noise on k rotating clients only (at the j-th evaluated
+        step t = j·noise_every, clients (j k + i) mod M, i < k), so that every
+        client is visited in turn; the value is their mean, an estimate of the
+        mean over all M clients. None (or k ≥ M): every client.
 
     Returns
     -------
@@ -152,12 +158,22 @@ def population_estimates(population, models, average, optima, previous_optima, b
     """
     n, M = optima.shape[:2]
     rows = np.arange(n) if steps is None or noise_every == 1 else np.flatnonzero(steps % noise_every == 0)
+    sub = None
+    if noise_clients is not None and noise_clients < M and len(rows):
+        j = (np.asarray(steps)[rows] // noise_every) if steps is not None else rows
+        sub = (j[:, None] * noise_clients + np.arange(noise_clients)) % M          # (rows, k)
+
+    def pick(a):
+        a = a[rows]
+        return a if sub is None else np.take_along_axis(a, sub.reshape(sub.shape + (1,) * (a.ndim - 2)), axis=1)
+
     def noise_at(points):
         out = np.full(n, np.nan)
         if len(rows):
-            sc = None if scale is None else scale[rows]
-            nk = {} if noise is None else {"noise": noise[rows]}
-            out[rows] = population.grad_noise(points[rows], optima[rows], scale=sc, **nk).mean(axis=1) / batch_size
+            sc = None if scale is None else pick(scale)
+            nk = {} if noise is None else {"noise": pick(noise)}
+            pts = pick(np.broadcast_to(points, optima.shape))
+            out[rows] = population.grad_noise(pts, pick(optima), scale=sc, **nk).mean(axis=1) / batch_size
         return out
 
     sigma2 = noise_at(models)

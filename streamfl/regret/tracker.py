@@ -33,12 +33,28 @@ learner's cumulative loss and its regret against the comparators:
 
 Memory is constant in T: per-step rows go to ``sink`` chunk by chunk.
 
-Cost per step, on top of the static comparator: O(M d K) for the
-decomposition and per-client regrets, O(M b d K) for the empirical
-heterogeneity estimates (two gradient evaluations of every mini-batch), and
-for the logistic population a few 1-D quadratures per client (the noise's
-2-D quadrature on every M-th step only). The least-squares static comparator
-keeps d×d statistics per client (O(M b d² + M d³) per step).
+How the costs grow (n steps per chunk, M clients, b samples, d features,
+K classes; nothing kept grows with T: per-step rows go to ``sink``, running
+means keep ≤ 32 blocks, checkpoints ≤ 16, the reservoir R samples; the
+logistic/softmax spool of samples for the exact end-of-run solve is on disk,
+in the run folder, and deleted by :meth:`finalize`):
+
+* losses, decomposition, consensus, per-client regrets: O(M b d K) per step;
+* empirical heterogeneity (real data): two gradient evaluations of every
+  mini-batch, O(M b d K) per step;
+* logistic population terms (synthetic): F at every played model through
+  the interpolated softplus mean (:mod:`streamfl.regret.fastquad`), O(M d)
+  per step; κ once per distinct optimum norm; σ² by the 2-D quadrature on 8
+  rotating clients every 64th step (:data:`NOISE_EVERY`,
+  :data:`NOISE_CLIENTS`), O(d) per step on average;
+* least-squares static comparator: Gram sums O(M b d²) per step (one matrix
+  product per segment), warm values O(M b d), an exact solve O(M d³) every
+  ``refresh_every`` steps (:class:`LeastSquaresHindsight`); per-client d×d
+  statistics only within ``memory_budget_mb``;
+* logistic/softmax static comparator: reservoir refits every 256 steps
+  (L-BFGS over R samples), spool writes O(M b d) per step; at the end one
+  solver run over the spool per checkpoint and one per client (up to
+  ``client_hindsight_max`` clients), each O(T M b d) per iteration.
 """
 
 from __future__ import annotations
@@ -51,9 +67,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .fastquad import kappa_unique, softplus_mean
 from .comparators import LeastSquaresHindsight, ReservoirHindsight, quadratic_min, refit_points, solve_hindsight
 from .heterogeneity import RunningMean, client_gradients, empirical_estimates, population_estimates
 from .regime import RegimeTerms, literal_condition
+
+
+NOISE_EVERY, NOISE_CLIENTS = 64, 8   # logistic σ²: every 64th step, on 8 rotating clients (quadrature cost)
 
 
 @dataclass
@@ -109,7 +129,8 @@ class RegretTracker:
 
     def __init__(self, stream, main: str, learners: list[str], radius: float | None = None,
                  sink=None, spool_dir: str | None = None, reservoir_size: int = 4096, seed: int = 0,
-                 client_columns: bool = True, step_size=None, tau: int | None = None):
+                 client_columns: bool = True, step_size=None, tau: int | None = None,
+                 refresh_every: int | None = None, memory_budget_mb: float = 512.0, client_hindsight_max: int = 4096):
         self.M, self.d, self.b = stream.n_clients, stream.n_features, stream.batch_size
         self.task, self.K = stream.task, (stream.n_classes if stream.task == "softmax" else 1)
         self.population = stream.population
@@ -122,8 +143,24 @@ class RegretTracker:
         self.state = LiveState()
         self.total_weight = 0.0
         self.second_moment = np.zeros((self.d, self.d))
+        self._data_smoothness = getattr(self.population, "smoothness", None) is None
+        T = self.T = stream.n_steps
+        self.checkpoints = set(np.unique(np.geomspace(max(1, T / 2**15), T, 16).astype(int)).tolist())
+        # auto: every step while a solve is cheap (d ≤ 16), else every 1024 steps
+        self.refresh_every = max(1, int(refresh_every)) if refresh_every else (1 if self.d <= 16 else 1024)
+        self.memory_budget_mb = float(memory_budget_mb)
+        self.client_hindsight_max = int(client_hindsight_max)
+        self.notes = []
         if self.task == "least_squares":
-            self.hindsight = LeastSquaresHindsight(self.M, self.d, radius)
+            need = (self.M + 1) * self.d * self.d * 8 / 2**20
+            per_client = need <= self.memory_budget_mb
+            if not per_client:
+                self.notes.append(
+                    f"per-client static regret skipped: the per-client d×d statistics need {need:.0f} MB, "
+                    f"more than tracker.memory_budget_mb = {self.memory_budget_mb:g}; the network comparator "
+                    f"is exact ({self.d * self.d * 8 / 2**20:.1f} MB)")
+            self.hindsight = LeastSquaresHindsight(self.M, self.d, radius, refresh_every=self.refresh_every,
+                                                   extra=sorted(self.checkpoints | {T}), per_client=per_client)
             self.reservoir = None
         else:
             self.hindsight = None
@@ -154,8 +191,6 @@ class RegretTracker:
         self.prev_scale = None
         self.prev_est = None
         self.D = math.nan if self.known else (2.0 * radius if radius is not None else math.nan)
-        T = self.T = stream.n_steps
-        self.checkpoints = set(np.unique(np.geomspace(max(1, T / 2**15), T, 16).astype(int)).tolist())
         self.checkpoint_loss = {}
         self.checkpoint_regret = {}
         self.checkpoint_exp = {}
@@ -236,14 +271,16 @@ class RegretTracker:
             self.checkpoint_loss[int(ts[i])] = float(cum[self.main][i])
         client_cum = self.client_cum + np.cumsum(losses[self.main], axis=0)
         self.client_cum = client_cum[-1].copy()
-        self.second_moment += np.einsum("nm,nmbd,nmbe->de", c / self.b, chunk.X, chunk.X)
+        if self._data_smoothness:            # L from the data (a synthetic population knows its own)
+            Xf = chunk.X.reshape(-1, self.d)
+            self.second_moment += Xf.T @ (Xf * np.repeat((c / self.b).reshape(-1), self.b)[:, None])
         self.total_weight += float(c.sum())
 
         # realised static regret
         client_regret = None
         if self.hindsight is not None:
-            comp, client_comp = self.hindsight.update(chunk.X, chunk.y, c, present)
-            client_regret = client_cum - client_comp
+            comp, client_comp = self.hindsight.update(chunk.X, chunk.y, c, present, t0=chunk.t0)
+            client_regret = None if client_comp is None else client_cum - client_comp
         else:
             comp = np.empty(n)
             start = 0
@@ -293,7 +330,8 @@ class RegretTracker:
             if self.prev_optima is None:
                 self.D = float(np.linalg.norm(average[0, :, 0] - u[0]))
             het = population_estimates(self.population, models[..., 0], average[..., 0], chunk.optimum,
-                                       self.prev_optima, self.b, ts, 1 if self.task == "least_squares" else self.M,
+                                       self.prev_optima, self.b, ts, 1 if self.task == "least_squares" else NOISE_EVERY,
+                                       noise_clients=None if self.task == "least_squares" else NOISE_CLIENTS,
                                        comparator=u, scale=chunk.scale, noise=chunk.noise,
                                        previous_scale=self.prev_scale)
             self.prev_optima = chunk.optimum[-1].copy()
@@ -376,8 +414,20 @@ class RegretTracker:
         sc, nz = chunk.scale, chunk.noise
         nkw = {} if (nz is None or self.task != "least_squares") else {"noise": nz}
         out = {}
-        F_played = pop.loss(models, opt, scale=sc, **nkw)                       # (n, M)
-        F_avg = pop.loss(average[:, None, :], opt, scale=sc, **nkw)              # (n, M)
+        if self.task == "logistic":
+            # F(x) = A(s‖x‖) − s² (x·w) κ(s‖w‖): κ once per distinct optimum norm, A interpolated
+            # (:mod:`streamfl.regret.fastquad`); one pass per chunk instead of a quadrature per call
+            s_ = pop.feature_scale if sc is None else sc
+            kw = kappa_unique(s_ * np.sqrt(np.einsum("nmd,nmd->nm", opt, opt)))
+
+            def F(x):
+                nx = np.sqrt(np.einsum("...d,...d->...", x, x))
+                return softplus_mean(s_ * nx) - s_ * s_ * np.sum(x * opt, axis=-1) * kw
+        else:
+            def F(x):
+                return pop.loss(x, opt, scale=sc, **nkw)
+        F_played = F(models)                                                     # (n, M)
+        F_avg = F(average[:, None, :])                                           # (n, M)
         exp_learner = self.exp_learner + np.cumsum(np.einsum("nm,nm->n", c, F_played))
         exp_virtual = self.exp_virtual + np.cumsum(np.einsum("nm,nm->n", c, F_avg))
         self.exp_learner, self.exp_virtual = float(exp_learner[-1]), float(exp_virtual[-1])
@@ -421,11 +471,11 @@ class RegretTracker:
         u = pop.minimize_mean(opt, x0=None if self.u_prev is None else np.broadcast_to(self.u_prev, average.shape),
                               radius=self.radius, scale=sc, weights=None if sc is None else c)
         self.u_prev = u[-1].copy()
-        gap = np.einsum("nm,nm->n", c, F_avg - pop.loss(u[:, None, :], opt, scale=sc, **nkw))
+        gap = np.einsum("nm,nm->n", c, F_avg - F(u[:, None, :]))
         out["regret_dynamic"] = self.dynamic + np.cumsum(gap)
         self.dynamic = float(out["regret_dynamic"][-1])
         # each client against its own per-step optimum (the projection of x*_{t,m}: F_{t,m} is isotropic)
-        own = pop.loss(_project_rows(opt, self.radius), opt, scale=sc, **nkw)
+        own = F(_project_rows(opt, self.radius))
         client_dynamic = self.client_dyn + np.cumsum(F_played - own, axis=0)
         self.client_dyn = client_dynamic[-1].copy()
         return out, u, client_expected, client_dynamic, part
@@ -480,6 +530,18 @@ class RegretTracker:
         st.heterogeneity = self.heterogeneity_summary()
 
     # ------------------------------------------------------------------ summaries
+    def static_live_method(self) -> str:
+        """How the live (per-step) static comparator is computed; the live view and summary.json say it."""
+        if self.hindsight is not None:
+            k = self.refresh_every
+            if k == 1:
+                return "exact at every step (sufficient statistics)"
+            return (f"exact at steps t ≤ 16, powers of two, every {k} steps (tracker.refresh_every), the "
+                    f"checkpoints and T; in between the last exact minimiser's loss (an upper bound on the "
+                    f"comparator, so a live regret ≤ the exact one)")
+        return ("estimate on a reservoir of samples refitted at steps 16, 32, 64, 128 and every 256 steps; "
+                "exact at the end of the run")
+
     def smoothness(self) -> float:
         """L: the population's, or estimated from the running second moment of
         the features: λ_max(E aaᵀ) for the squared loss, λ_max/4 for logistic
@@ -587,6 +649,7 @@ class RegretTracker:
                "regret_static_virtual": st.regret.get("static_virtual"),
                "regret_expected_virtual": st.regret.get("expected_virtual"),
                "regret_static_method": "exact (sufficient statistics)" if self.hindsight else "exact (L-BFGS over the recorded stream)",
+               "regret_static_live_method": self.static_live_method(),
                "regret_expected_method": self.expected_method, "regret_dynamic_method": self.dynamic_method,
                "static_checkpoints": []}
         if st.bytes_up is not None:
@@ -594,7 +657,14 @@ class RegretTracker:
         last = getattr(self, "client_last", {"static": None, "expected": None, "dynamic": None})
         clients = {k: (None if v is None else v.copy()) for k, v in last.items()}
         if self.hindsight is not None:
-            out["comparator_static"] = st.comparator
+            # exact now, whatever the last step was (a no-op in value when it was a refresh step)
+            value, _ = self.hindsight.solve()
+            out["comparator_static"] = float(value[0])
+            out["regret_static_live_estimate"] = st.regret.get("static")
+            out["regret_static"] = float(st.cum_loss[self.main] - value[0])
+            out["regret_static_virtual"] = float(self.cum_virtual - value[0])
+            if self.hindsight.per_client:
+                clients["static"] = self.client_cum - value[1:]
             out["static_checkpoints"] = sorted(self.checkpoint_regret.items())
         if self.spool is not None:
             for f in self.spool.values():
@@ -608,11 +678,17 @@ class RegretTracker:
             out["regret_static"] = float(st.cum_loss[self.main] - value)
             out["regret_static_virtual"] = float(self.cum_virtual - value)
             out["regret_static_live_estimate"] = st.regret.get("static")
-            # each client alone, exact (warm-started from the network comparator)
-            cl = np.empty(self.M)
-            for m in range(self.M):
-                _, cl[m] = solve_hindsight(self.task, self._blocks(client=m), (self.d, self.K), self.radius, x0=x)
-            clients["static"] = self.client_cum - cl
+            # each client alone, exact (warm-started from the network comparator): one solver run per
+            # client over the recorded stream, so only up to tracker.client_hindsight_max clients
+            if self.M <= self.client_hindsight_max:
+                cl = np.empty(self.M)
+                for m in range(self.M):
+                    _, cl[m] = solve_hindsight(self.task, self._blocks(client=m), (self.d, self.K), self.radius, x0=x)
+                clients["static"] = self.client_cum - cl
+            else:
+                self.notes.append(f"per-client static regret skipped: M = {self.M} clients exceed "
+                                  f"tracker.client_hindsight_max = {self.client_hindsight_max} (one exact solver "
+                                  f"run per client at the end); the network comparator is exact")
             if self.optima_spool is not None:
                 self.optima_spool.close()
                 if self.scale_spool is not None:
@@ -664,6 +740,7 @@ class RegretTracker:
             k: (None if v is None else {"min": float(np.min(v)), "median": float(np.median(v)), "max": float(np.max(v))})
             for k, v in clients.items()}
         out["heterogeneity"] = self.heterogeneity_summary()
+        out["tracker_notes"] = list(self.notes)
         out["samples"] = st.samples
         out["client_steps"] = self.client_steps.astype(int).tolist()
         out["client_last_step"] = self.client_last_step.tolist()

@@ -27,6 +27,21 @@ from .sink import MetricsSink
 
 
 
+CHUNK_FLOATS = 1 << 22     # features per chunk at most (32 MB of float64); memory is O(chunk × M × b × d)
+
+
+def effective_chunk_size(chunk_size: int, stream) -> int:
+    """Steps per chunk: ``chunk_size``, lowered so that n·M·b·d·K ≤ :data:`CHUNK_FLOATS` (at least 1).
+
+    The engine's and the tracker's per-chunk arrays are O(n M b d K), so
+    without the cap M = 100,000 clients at d = 10 would need gigabytes per
+    chunk. Results do not depend on the chunk size.
+    """
+    K = stream.n_classes if stream.task == "softmax" else 1
+    per_step = stream.n_clients * stream.batch_size * stream.n_features * max(1, K)
+    return max(1, min(int(chunk_size), CHUNK_FLOATS // max(1, per_step)))
+
+
 def build_learners(cfg: ExperimentConfig, stream) -> dict:
     """FedSEA plus the configured baselines, all on the same stream.
 
@@ -195,10 +210,15 @@ def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> 
     sink = MetricsSink(run_dir, cfg.output.format)
     tracker = RegretTracker(stream, MAIN, list(learners), radius=cfg.learner.radius, sink=sink,
                             spool_dir=str(run_dir / "spool"), reservoir_size=cfg.reservoir_size, seed=cfg.seed,
-                            client_columns=cfg.output.client_columns, **tracker_learner(cfg))
+                            client_columns=cfg.output.client_columns, **tracker_learner(cfg),
+                            **cfg.tracker.model_dump())
+    chunk = effective_chunk_size(cfg.chunk_size, stream)
+    if chunk < cfg.chunk_size:
+        tracker.notes.append(f"chunk_size lowered from {cfg.chunk_size} to {chunk} steps so that a chunk holds at "
+                             f"most {CHUNK_FLOATS:,} features (memory; the results do not depend on it)")
     started = time.perf_counter()
     hook = (lambda tr: on_chunk(tr, stream)) if on_chunk else None
-    run_stream(stream, learners, tracker, MAIN, cfg.chunk_size, hook)
+    run_stream(stream, learners, tracker, MAIN, chunk, hook)
     elapsed = time.perf_counter() - started
     sink.close()
     summary = tracker.finalize()
@@ -207,7 +227,7 @@ def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> 
         "n_steps": tracker.state.t, "tau": cfg.learner.tau, "rounds": learners[MAIN].rounds,
         "elapsed_seconds": elapsed, "samples_per_second": tracker.state.samples / max(elapsed, 1e-9),
         "config": json.loads(cfg.model_dump_json()), "run_dir": str(run_dir),
-        "metrics_file": sink.path.name, "inputs": describe_inputs(cfg, stream),
+        "metrics_file": sink.path.name, "inputs": describe_inputs(cfg, stream), "chunk_size_used": chunk,
         "bottleneck": bottleneck_note(cfg.baselines),
     })
     summary["gaps"] = {name: summary["cum_loss"][MAIN] - v for name, v in summary["cum_loss"].items() if name != MAIN}

@@ -1,0 +1,148 @@
+"""The tracker's cheaper live figures: refresh period, memory budget, bounded memory, fast quadrature."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from streamfl.generators.population import LogisticPopulation, _softplus_mean
+from streamfl.generators.schedules import RandomWalk
+from streamfl.generators.synthetic import SyntheticStream
+from streamfl.models import StackedLinear, StepSize
+from streamfl.regret import RegretTracker
+from streamfl.regret.comparators import LeastSquaresHindsight, refresh_steps
+from streamfl.regret.fastquad import softplus_mean
+from streamfl.regret.heterogeneity import population_estimates
+from streamfl.runtime.engine import run_stream
+from streamfl.runtime.experiment import effective_chunk_size
+from streamfl.runtime.learners import Federated
+
+
+def _data(n=700, M=3, b=2, d=5, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, M, b, d))
+    y = X @ rng.standard_normal(d) + rng.standard_normal((n, M, b))
+    return X, y, np.full((n, M), 1 / M), np.ones((n, M), bool)
+
+
+def test_refresh_steps_rule():
+    assert refresh_steps(0, 40, 64) == list(range(1, 17)) + [32]
+    assert refresh_steps(40, 100, 64) == [24, 88]          # t = 64, 128
+    assert refresh_steps(100, 10, 64, extra=[105]) == [5]
+    assert refresh_steps(5, 3, 1) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("radius", [None, 0.5])
+def test_live_values_are_exact_at_refresh_steps_and_upper_bounds_between(radius):
+    X, y, c, p = _data()
+    exact, ec = LeastSquaresHindsight(3, 5, radius).update(X, y, c, p)
+    h = LeastSquaresHindsight(3, 5, radius, refresh_every=64, extra=[700])
+    parts = [h.update(X[i:i + 97], y[i:i + 97], c[i:i + 97], p[i:i + 97]) for i in range(0, 700, 97)]
+    live = np.concatenate([a for a, _ in parts])
+    lc = np.concatenate([b for _, b in parts])
+    ts = np.arange(1, 701)
+    at = np.isin(ts, [t for t in ts if t <= 16 or t in (32,) or t % 64 == 0 or t == 700])
+    np.testing.assert_allclose(live[at], exact[at], rtol=1e-10)
+    np.testing.assert_allclose(lc[at], ec[at], rtol=1e-10)
+    assert np.all(live[~at] >= exact[~at] - 1e-9)            # the warm value bounds the minimum from above
+    assert np.any(live[~at] > exact[~at] + 1e-6)             # ... and is not silently the exact one
+    assert h.refreshes == at.sum()
+
+
+def _ls_run(T, **kw):
+    stream = SyntheticStream("least_squares", n_clients=4, n_features=20, n_steps=T, batch_size=1, noise=0.5,
+                             heterogeneity=0.5, radius=1.0, feature_scale=1.0, drift=[RandomWalk(0.05)], seed=2)
+    step = StepSize("constant", eta=0.02)
+    learner = Federated(StackedLinear(4, 20, "least_squares", step), 5)
+    rows = []
+    tr = RegretTracker(stream, "fedsea", ["fedsea"], sink=rows.append, step_size=step, tau=5, **kw)
+    run_stream(stream, {"fedsea": learner}, tr, "fedsea", chunk_size=64)
+    return tr, pd.concat(rows, ignore_index=True), tr.finalize()
+
+
+def test_memory_budget_keeps_the_network_exact_and_says_what_it_skips():
+    _, frame, full = _ls_run(300, refresh_every=1)
+    tr, small_frame, small = _ls_run(300, refresh_every=1, memory_budget_mb=0.01)
+    assert small["tracker_notes"] == [
+        "per-client static regret skipped: the per-client d×d statistics need 0 MB, more than "
+        "tracker.memory_budget_mb = 0.01; the network comparator is exact (0.0 MB)"]
+    assert small["client_regret"]["static"] is None
+    assert full["client_regret"]["static"] is not None and full["tracker_notes"] == []
+    assert small["regret_static"] == pytest.approx(full["regret_static"], rel=1e-12)
+    np.testing.assert_allclose(small_frame["regret_static"], frame["regret_static"], rtol=1e-12)
+    assert tr.hindsight.A.shape == (1, 20, 20)                 # no per-client statistics kept
+
+
+def test_refresh_period_changes_live_values_only_and_is_stated():
+    _, f1, exact = _ls_run(600, refresh_every=1)
+    tr, f64, warm = _ls_run(600, refresh_every=64)
+    assert warm["regret_static"] == pytest.approx(exact["regret_static"], rel=1e-10)
+    assert warm["client_regret"]["static"] == pytest.approx(exact["client_regret"]["static"], rel=1e-9)
+    on = f64["t"].isin([t for t in range(1, 601) if t <= 16 or t % 64 == 0 or t in (32, 600)])
+    np.testing.assert_allclose(f64.loc[on, "regret_static"], f1.loc[on, "regret_static"], rtol=1e-9)
+    assert (f64.loc[~on, "regret_static"] <= f1.loc[~on, "regret_static"] + 1e-9).all()
+    assert "every 64 steps (tracker.refresh_every)" in warm["regret_static_live_method"]
+    assert exact["regret_static_live_method"] == "exact at every step (sufficient statistics)"
+
+
+def _array_bytes(obj, seen=None):
+    """Bytes of every ndarray reachable from obj's attributes (dicts and lists included), once each."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes
+    if isinstance(obj, dict):
+        return sum(_array_bytes(v, seen) for v in obj.values())
+    if isinstance(obj, (list, tuple, set)):
+        return sum(_array_bytes(v, seen) for v in obj)
+    if hasattr(obj, "__dict__") and type(obj).__module__.startswith("streamfl"):
+        return _array_bytes(vars(obj), seen)
+    return 0
+
+
+@pytest.mark.parametrize("task", ["least_squares", "logistic"])
+def test_tracker_memory_does_not_grow_with_T(task):
+    sizes = []
+    for T in (256, 2048):
+        stream = SyntheticStream(task, n_clients=3, n_features=4, n_steps=T, batch_size=1, heterogeneity=0.5,
+                                 radius=1.0, drift=[RandomWalk(0.05)], seed=1)
+        step = StepSize("constant", eta=0.05)
+        tr = RegretTracker(stream, "fedsea", ["fedsea"], sink=lambda f: None, step_size=step, tau=2,
+                           reservoir_size=64)
+        run_stream(stream, {"fedsea": Federated(StackedLinear(3, 4, task, step), 2)}, tr, "fedsea", chunk_size=64)
+        blocks = max(len(s._counts) for s in tr.stats.values())
+        sizes.append((_array_bytes(tr), blocks, len(tr.checkpoint_loss), len(tr.checkpoint_exp)))
+        tr.finalize()
+    assert sizes[0][0] == sizes[1][0]                  # the same arrays, whatever T
+    assert sizes[1][1] <= 32 and sizes[1][2] <= 16 and sizes[1][3] <= 16
+
+
+def test_interpolated_softplus_mean_agrees_with_the_quadrature():
+    rng = np.random.default_rng(0)
+    tau = np.concatenate([rng.uniform(0, 64, 200_000), rng.uniform(0, 0.02, 10_000), [0.0, 1e-12, 64.0, 80.0]])
+    exact = _softplus_mean(tau)
+    assert np.max(np.abs(softplus_mean(tau) - exact) / exact) < 5e-15
+
+
+def test_noise_on_rotating_clients_is_their_mean():
+    pop = LogisticPopulation(3)
+    rng = np.random.default_rng(1)
+    n, M = 8, 5
+    x, w = rng.standard_normal((n, M, 3)), rng.standard_normal((n, M, 3))
+    steps = np.arange(1, n + 1)
+    est = population_estimates(pop, x, x.mean(axis=1), w, None, 2, steps, noise_every=4, noise_clients=2)
+    full = pop.grad_noise(x, w) / 2
+    assert np.isnan(est["sigma2"][[0, 1, 2, 4, 5, 6]]).all()
+    # t = 4: j = 1 → clients 2, 3; t = 8: j = 2 → clients 4, 0
+    assert est["sigma2"][3] == pytest.approx(full[3, [2, 3]].mean(), rel=1e-13)
+    assert est["sigma2"][7] == pytest.approx(full[7, [4, 0]].mean(), rel=1e-13)
+
+
+def test_chunks_are_capped_by_their_feature_count():
+    class S:
+        n_clients, batch_size, n_features, task = 100_000, 1, 10, "logistic"
+    assert effective_chunk_size(256, S) == 4               # 4 · 10⁶ ≤ 2²² features
+    S.n_clients = 64
+    S.n_features = 100
+    assert effective_chunk_size(256, S) == 256
