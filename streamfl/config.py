@@ -510,9 +510,14 @@ class _Loader(yaml.SafeLoader):
     """
 
 
-_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
-                              list("-+0123456789"))
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper that quotes the text :class:`_Loader` would read as a number (``name: '0E0'``)."""
+
+
+_YAML12_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$")
+for _cls, _base in ((_Loader, yaml.SafeLoader), (_Dumper, yaml.SafeDumper)):
+    _cls.yaml_implicit_resolvers = {k: list(v) for k, v in _base.yaml_implicit_resolvers.items()}
+    _cls.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+0123456789"))
 
 
 def _mapping(loader, node, deep=False):
@@ -609,9 +614,19 @@ def config_data(cfg: ExperimentConfig) -> dict:
     return data
 
 
+def write_yaml(data) -> str:
+    """YAML text that :func:`read_yaml` reads back to ``data`` (text such as ``'1e-3'`` is quoted).
+
+    >>> print(write_yaml({"name": "1e-3", "eta": 0.001}), end="")
+    name: '1e-3'
+    eta: 0.001
+    """
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True)
+
+
 def dump_config(cfg: ExperimentConfig) -> str:
     """The YAML text of ``cfg`` that :func:`load_config` reads back to an equal config."""
-    return yaml.safe_dump(config_data(cfg), sort_keys=False, allow_unicode=True)
+    return write_yaml(config_data(cfg))
 
 
 def apply_override(data: dict, dotted: str, value) -> dict:
