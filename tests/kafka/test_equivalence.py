@@ -181,7 +181,9 @@ def test_run_over_kafka_from_a_temporary_folder_prints_the_header(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "streamfl.cli", "run", "--config", "exp.yaml", "--no-live", "--out",
                            "run", "--broker", BOOTSTRAP], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[3] == ("dropped column x2: numbers with text among them (1 text cell, row 2: "
+    assert proc.stdout.splitlines()[3] == ("label y: regression target, 6 values from 0.5 to 2.5 in its own units "
+                                           "(mean 1.5, standard deviation 0.8165)")
+    assert proc.stdout.splitlines()[4] == ("dropped column x2: numbers with text among them (1 text cell, row 2: "
                                            "'abc'); fix or remove those rows")
     assert proc.stderr.strip() == "note: over Kafka only FedSEA runs; skipping baselines tau1"
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
