@@ -326,3 +326,19 @@ def test_regime_agreement_plot_marks_agreeing_and_disagreeing_cells(tmp_path):
     agreement = {"cells": cells, "agree": 1, "n": 2, "literal_agree": 0, "literal_n": 2, "metric": "regret_dynamic"}
     path = plot_regime_agreement(agreement, tmp_path / "regime.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_client_regret_leaves_out_clients_that_never_played_and_wraps_its_title():
+    from streamfl.report.plots import _client_regret_figure
+    df, summary = synthetic_run(T=100, M=3, baselines=())
+    df = df.drop(columns=[c for c in df.columns if c.startswith("client") and "_regret_" in c])
+    summary["config"]["name"] = "n" * 60
+    summary["client_last_step"] = [0, 56, 100]          # client 0 had no rows
+    summary["client_regret"] = {"static": [0.0, 32.5, 40.0], "expected": None, "dynamic": None}
+    fig = _client_regret_figure(df, summary)
+    assert len(fig.axes) == 1
+    points = _lines(fig.axes[0])["clients at T (exact)"]
+    assert sorted(points.get_ydata().tolist()) == [32.5, 40.0]            # not the never-played 0
+    title = fig._suptitle.get_text()
+    # a one-panel figure is 4.8 in wide: lines of at most 43 characters (the name alone cannot be broken)
+    assert title == "n" * 60 + "\n(fedsea): per-client regret (each client\nagainst its own comparators)"

@@ -1122,15 +1122,23 @@ def plot_client_regret(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     -------
     Path
     """
+    return _save(_client_regret_figure(df, summary), path)
+
+
+def _client_regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     _require(df, REQUIRED)
     summary = summary or {}
     units = _loss_units(summary)
     thin = _thin(df)
     t = thin["t"].to_numpy(dtype=float)
+    last = summary.get("client_last_step")
+    # clients that never played (0 rows) have no regret: their 0 is not a value to draw
+    played = ([np.isfinite(_num(x)) and _num(x) > 0 for x in last]
+              if isinstance(last, (list, tuple)) else None)
     found: dict[str, list[str]] = {}
     for c in thin.columns:
         m = _CLIENT_REGRET_RE.match(c)
-        if m:
+        if m and not (played is not None and int(m.group(1)) < len(played) and not played[int(m.group(1))]):
             found.setdefault(m.group(2), []).append(c)
     finals = summary.get("client_regret") if isinstance(summary.get("client_regret"), dict) else {}
     kinds = [k for k in ("static", "expected", "dynamic")
@@ -1149,6 +1157,8 @@ def plot_client_regret(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
         vals = finals.get(kind)
         if isinstance(vals, list) and vals and len(t):
             v = np.asarray([_num(x) for x in vals])
+            if played is not None and len(played) == len(v):
+                v = v[np.asarray(played, dtype=bool)]
             ax.plot(np.full(v.shape, t[-1]), v, linestyle="none", marker="o", markersize=4, markerfacecolor="white",
                     markeredgecolor=colour, label="clients at T (exact)")
         net = f"regret_{kind}"
@@ -1170,9 +1180,9 @@ def plot_client_regret(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
         axes[0].text(0.5, 0.5, "no per-client regret in this run (output.client_columns: false?)",
                      transform=axes[0].transAxes, ha="center", va="center", color="0.4")
     axes[0].set_ylabel(f"regret of client m alone ({units})")
-    fig.suptitle(f"{_run_name(summary)}: per-client regret (each client against its own comparators)",
-                 fontsize=12, fontweight="bold")
-    return _save(fig, path)
+    title = f"{_run_name(summary)}: per-client regret (each client against its own comparators)"
+    fig.suptitle(_wrap(title, int(fig.get_figwidth() * 9)), fontsize=12, fontweight="bold")
+    return fig
 
 
 def render_run(run_dir: str | Path) -> list[Path]:
