@@ -342,3 +342,33 @@ def test_client_regret_leaves_out_clients_that_never_played_and_wraps_its_title(
     title = fig._suptitle.get_text()
     # a one-panel figure is 4.8 in wide: lines of at most 43 characters (the name alone cannot be broken)
     assert title == "n" * 60 + "\n(fedsea): per-client regret (each client\nagainst its own comparators)"
+
+
+def test_decomposition_notes_coinciding_curves_and_the_live_static_estimate():
+    from streamfl.report.plots import _decomposition_figure
+    df, summary = synthetic_run(T=200, M=2, baselines=())
+    df["regret_static_virtual"] = df["regret_static"] + 0.05           # hides the played models' curve
+    df["consensus_part"] = -0.05
+    df["cum_consensus"] = np.linspace(0.0, 100.0, len(df))              # far from the consensus part
+    summary["heterogeneity"]["L"] = 1.0
+    summary["config"]["source"] = {"kind": "file"}
+    fig = _decomposition_figure(df, summary)
+    labels = [line.get_label() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
+    static = f"{df['regret_static'].iloc[-1]:.4g}"
+    virtual = f"{df['regret_static_virtual'].iloc[-1]:.4g}"
+    assert labels[0] == f"static regret of the played models (live estimate): {static}"
+    assert labels[1] == (f"virtual average x̄_t (Lemma 1, first term): {virtual}; "
+                         "overlaps static regret (max |Δ| = 0.05)")
+    assert "overlaps" not in labels[3]
+
+
+def test_literal_condition_that_cannot_be_evaluated_reads_undetermined():
+    df, summary = synthetic_run(T=200, M=2, baselines=())
+    summary["heterogeneity"]["literal"] = {"lhs": None, "rhs": 0.2, "holds": None}
+    fig = _heterogeneity_figure(df, summary)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts] + _legend_texts(fig)
+    texts += [t.get_text() for leg in [ax.get_legend() for ax in fig.axes] if leg for t in leg.get_texts()]
+    texts += [leg.get_title().get_text() for leg in fig.legends]
+    joined = "\n".join(texts)
+    assert "read literally (not unit-invariant): n/a vs 0.2 ⇒ undetermined" in joined
+    assert "⇒ None" not in joined

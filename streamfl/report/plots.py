@@ -847,6 +847,15 @@ _HET = (
 )
 
 
+def _holds_text(holds: Any) -> str:
+    """A condition's outcome in words: 'True', 'False', or 'undetermined' (None: a side could not be estimated).
+
+    >>> _holds_text(None), _holds_text(True)
+    ('undetermined', 'True')
+    """
+    return "undetermined" if holds is None else str(bool(holds))
+
+
 def _verdict(regime: Mapping) -> tuple[bool | None, str]:
     helps = regime.get("parallelisation_helps")
     if helps is None:
@@ -971,7 +980,7 @@ def _heterogeneity_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     lit = het.get("literal") if isinstance(het.get("literal"), dict) else {}
     if lit:
         test += (f"\nFedSEA's σ̄²/M ≥ L·K̄² read literally (not unit-invariant): "
-                 f"{_fmt(lit.get('lhs'))} vs {_fmt(lit.get('rhs'))} ⇒ {lit.get('holds')}")
+                 f"{_fmt(lit.get('lhs'))} vs {_fmt(lit.get('rhs'))} ⇒ {_holds_text(lit.get('holds'))}")
     if ax2 is not None:
         tt = df["t"].to_numpy(dtype=float)
         for col, label, colour in (("regime_noise", "noise term N_t = Σ η σ²/(2M(2 − ηℓ))  (÷ M by averaging)", "#1f77b4"),
@@ -1041,6 +1050,10 @@ def plot_decomposition(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     -------
     Path
     """
+    return _save(_decomposition_figure(df, summary), path)
+
+
+def _decomposition_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     _require(df, REQUIRED)
     summary = summary or {}
     units = _loss_units(summary)
@@ -1065,12 +1078,23 @@ def plot_decomposition(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     ax = fig.add_subplot()
     ax.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
     drawn = 0
-    for col, label, colour, style in rows:
-        if not _has_data(thin, col):
-            continue
-        y = thin[col].to_numpy(dtype=float)
-        ax.plot(t, y, color=colour, linestyle=style, linewidth=1.7,
-                label=f"{label}: {_fmt(y[-1])}")
+    present = [(col, label, colour, style) for col, label, colour, style in rows if _has_data(thin, col)]
+    series = [(col, thin[col].to_numpy(dtype=float)) for col, *_ in present]
+    notes = _coincidences(series, _span([y for _, y in series]))
+    names = {"regret_static": "static regret", "regret_expected": "expected regret",
+             "regret_static_virtual": "virtual average", "regret_expected_virtual": "virtual average",
+             "consensus_part": "consensus part", "consensus_bound": "bound's weight"}
+    live = (not population and len(_checkpoints(summary)[0])
+            and "sufficient statistics" not in str(summary.get("regret_static_method", "")))
+    for (col, label, colour, style), (_, y) in zip(present, series):
+        if col == "regret_static" and live:
+            label += " (live estimate)"
+        text = f"{label}: {_fmt(y[-1])}"
+        if col in notes:
+            other, note = notes[col]
+            text += "; " + note.replace(other, names[other])
+        ax.plot(t, y, color=colour, linestyle=style if col not in notes else (0, (4, 3)),
+                linewidth=1.7 if col not in notes else 2.4, label=text, zorder=3 if col in notes else 2)
         _band(ax, thin, col, colour, t)
         drawn += 1
     if population and not _has_data(thin, "regret_expected") and len(marks):
@@ -1094,7 +1118,7 @@ def plot_decomposition(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     _titles(fig, ax, f"{_run_name(summary)}: regret = virtual average + consensus (FedSEA Lemma 1)",
             ("population losses F" if population else "realised losses f (F unknown)")
             + f"; L = {_fmt(L)}" + _seeds_note(summary))
-    return _save(fig, path)
+    return fig
 
 
 _CLIENT_REGRET_RE = re.compile(r"^client(\d+)_regret_(static|expected|dynamic)$")
