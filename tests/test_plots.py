@@ -372,3 +372,16 @@ def test_literal_condition_that_cannot_be_evaluated_reads_undetermined():
     joined = "\n".join(texts)
     assert "read literally (not unit-invariant): n/a vs 0.2 ⇒ undetermined" in joined
     assert "⇒ None" not in joined
+
+
+def test_client_losses_says_when_a_client_is_the_network_and_draws_it_on_top():
+    df, summary = synthetic_run(T=200, M=1, baselines=())
+    df["client0_cum_loss"] = df["cum_loss"]                   # M = 1: the client is the network
+    fig = _client_losses_figure(df, summary)
+    ax = fig.axes[0]
+    assert _legend_texts(fig) == ["client 0, identical to the network", "network (weighted mean over clients)"]
+    lines = _lines(ax)
+    assert lines["client 0, identical to the network"].get_zorder() > lines["network (weighted mean over clients)"].get_zorder()
+    assert "M = 1 client;" in ax.get_title()
+    df2, summary2 = synthetic_run(T=200, M=2, baselines=())
+    assert "identical" not in " ".join(_legend_texts(_client_losses_figure(df2, summary2)))

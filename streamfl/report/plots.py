@@ -790,8 +790,15 @@ def _client_losses_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
             tt, yy = np.r_[tt[tt < end], end], np.r_[yy[tt < end], y_end]
             ended.append((end, y_end))
         values.append(yy)
-        colour = palette(i / max(1, len(shown) - 1) * 0.9)
-        ax.plot(tt, yy, color=colour, linewidth=0.8, alpha=0.75, label=f"client {m}" if individual else None)
+        colour = palette(i / max(1, len(shown) - 1) * 0.9 if len(shown) > 1 else 0.55)  # a lone client: not near black
+        # a client equal to the network at every step it played (M = 1) would hide under the black line:
+        # draw it on top and say so in the legend
+        net_here = network[keep]
+        same = (len(net_here) == len(y[keep]) and len(net_here) > 0
+                and bool(np.allclose(y[keep], net_here, rtol=1e-9, atol=0.0, equal_nan=True)))
+        label = (f"client {m}" + (", identical to the network" if same else "")) if individual else None
+        ax.plot(tt, yy, color=colour, linewidth=0.8 if not same else 1.2, alpha=0.75 if not same else 1.0,
+                label=label, zorder=6 if same else 2)
         if end < T and len(at_end):
             ax.plot([end], [y_end], linestyle="none", marker="x", color=colour, markersize=7, markeredgewidth=1.6,
                     zorder=6)
