@@ -385,3 +385,14 @@ def test_client_losses_says_when_a_client_is_the_network_and_draws_it_on_top():
     assert "M = 1 client;" in ax.get_title()
     df2, summary2 = synthetic_run(T=200, M=2, baselines=())
     assert "identical" not in " ".join(_legend_texts(_client_losses_figure(df2, summary2)))
+
+
+def test_heterogeneity_lists_series_that_are_zero_in_the_legend_not_over_the_curves():
+    df, summary = synthetic_run(T=200, M=1, baselines=())
+    df["zeta2"] = 0.0
+    df["K2"] = 0.0
+    fig = _heterogeneity_figure(df, summary)
+    top = fig.axes[0]
+    assert not [t.get_text() for t in top.texts if "log scale" in t.get_text()]
+    legend = [t.get_text() for t in top.get_legend().get_texts()] if top.get_legend() else _legend_texts(fig)
+    assert "ζ² ≡ 0, K² ≡ 0 (not drawn on the log scale)" in legend

@@ -962,9 +962,8 @@ def _heterogeneity_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         _draw_drift(ax, summary, float(t.min()), float(t.max()))
     ax.set_ylabel("squared gradient norm\n(loss² per model unit², log)")
     _style(ax)
-    if zero:
-        ax.text(0.01, 0.02, ", ".join(zero) + " (not drawn on the log scale)", transform=ax.transAxes,
-                fontsize=8, color="0.35")
+    if zero:                             # in the legend: free text in the panel ran over the curves
+        ax.plot([], [], linestyle="none", label=", ".join(zero) + " (not drawn on the log scale)")
     if ax.get_legend_handles_labels()[0] and ax2 is not None:
         ax.legend(fontsize=7.6, loc="best", framealpha=0.9)
 
