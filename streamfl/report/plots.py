@@ -1178,7 +1178,8 @@ def _client_regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     colours = {"static": "#1f77b4", "expected": "#d62728", "dynamic": "#2ca02c"}
     for ax, kind in zip(axes, kinds):
         colour = colours[kind]
-        if kind in found and any(_has_data(thin, c) for c in found[kind]):
+        curves = kind in found and any(_has_data(thin, c) for c in found[kind])
+        if curves:
             Y = thin[found[kind]].to_numpy(dtype=float)
             with np.errstate(all="ignore"):
                 ax.fill_between(t, np.nanmin(Y, axis=1), np.nanmax(Y, axis=1), color=colour, alpha=0.2,
@@ -1202,7 +1203,8 @@ def _client_regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         ax.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
         if len(t):
             ax.set_xlim(float(t.min()), max(float(t.max()), float(t.min()) + 1) * 1.02)
-        ax.set_title(kind, fontsize=10)
+        # without per-step columns the panel holds points at T only: say why the rest of it is empty
+        ax.set_title(kind if curves else f"{kind}: per client at T only (end-of-run solver)", fontsize=10)
         ax.set_xlabel("step t")
         _style(ax)
         ax.legend(fontsize=7.5, loc="best", framealpha=0.9)
