@@ -397,3 +397,15 @@ def test_heterogeneity_lists_series_that_are_zero_in_the_legend_not_over_the_cur
     assert not [t.get_text() for t in top.texts if "log scale" in t.get_text()]
     legend = [t.get_text() for t in top.get_legend().get_texts()] if top.get_legend() else _legend_texts(fig)
     assert "ζ² ≡ 0, K² ≡ 0 (not drawn on the log scale)" in legend
+
+
+@pytest.mark.parametrize("build", [_regret_figure, _regret_over_sqrt_t_figure])
+def test_live_static_estimate_says_where_it_starts_and_exact_points_are_not_clipped(build):
+    df, summary = synthetic_run(T=300, M=2, baselines=())
+    df.loc[df["t"] < 17, "regret_static"] = np.nan              # the live estimate's warm-up
+    fig = build(df, summary)
+    ax = fig.axes[0]
+    lines = _lines(ax)
+    assert "static: best fixed in hindsight (live estimate, from t = 17)" in lines
+    exact = [line for label, line in lines.items() if label.startswith("static, exact")]
+    assert len(exact) == 1 and exact[0].get_clip_on() is False

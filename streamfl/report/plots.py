@@ -472,6 +472,20 @@ def _span(values: Sequence[np.ndarray]) -> float:
     return float(finite.max() - finite.min()) if finite.size else 0.0
 
 
+def _live_note(df: pd.DataFrame, col: str) -> str:
+    """Legend note for the live static estimate, with its first step when it starts late (warm-up).
+
+    >>> _live_note(pd.DataFrame({"t": [1, 2, 3], "r": [np.nan, np.nan, 0.5]}), "r")
+    ' (live estimate, from t = 3)'
+    """
+    y = df[col].to_numpy(dtype=float)
+    t = df["t"].to_numpy()
+    ok = np.flatnonzero(np.isfinite(y))
+    if len(ok) and ok[0] > 0:
+        return f" (live estimate, from t = {int(t[ok[0]]):,})"
+    return " (live estimate)"
+
+
 def _exact_label(summary: Mapping) -> str:
     """Legend label of the exact static checkpoints (the curve itself is exact for least squares)."""
     if "sufficient statistics" in str(summary.get("regret_static_method", "")):
@@ -576,7 +590,7 @@ def _regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         if not _has_data(thin, col):
             continue
         if col == "regret_static" and len(ck_t) and "sufficient statistics" not in str(summary.get("regret_static_method", "")):
-            label += " (live estimate)"
+            label += _live_note(df, col)
         comps.append((col, label, colour))
     full = [(label, df[col].to_numpy(dtype=float)) for col, label, _ in comps]
     notes = _coincidences(full, _span([v for _, v in full]))
@@ -590,7 +604,8 @@ def _regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         _band(top, thin, col, colour, t)
     if len(ck_t):
         top.plot(ck_t, ck_r, linestyle="none", marker="o", markersize=5.5, markerfacecolor="white",
-                 markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4)
+                 markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4,
+                 clip_on=False)  # the points at t = 1 and T sit on the axes' edges
     if not comps and not len(ck_t):
         top.text(0.5, 0.5, "no regret series available", transform=top.transAxes,
                  ha="center", va="center", color="0.4")
@@ -682,13 +697,14 @@ def _regret_over_sqrt_t_figure(df: pd.DataFrame, summary: Mapping | None) -> Fig
         if not _has_data(thin, col):
             continue
         if col == "regret_static" and len(ck_t) and "sufficient statistics" not in str(summary.get("regret_static_method", "")):
-            label += " (live estimate)"
+            label += _live_note(df, col)
         ax.plot(t, thin[col].to_numpy(dtype=float) / root, color=colour, linewidth=1.8, label=label)
         _band(ax, thin, col, colour, t, root)
         drawn += 1
     if len(ck_t):
         ax.plot(ck_t, ck_r / np.sqrt(ck_t), linestyle="none", marker="o", markersize=5.5, markerfacecolor="white",
-                markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4)
+                markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4,
+                 clip_on=False)  # the points at t = 1 and T sit on the axes' edges
         drawn += 1
     if len(t):
         _draw_drift(ax, summary, float(t.min()), float(t.max()))
@@ -1094,7 +1110,7 @@ def _decomposition_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
             and "sufficient statistics" not in str(summary.get("regret_static_method", "")))
     for (col, label, colour, style), (_, y) in zip(present, series):
         if col == "regret_static" and live:
-            label += " (live estimate)"
+            label += _live_note(df, col)
         text = f"{label}: {_fmt(y[-1])}"
         if col in notes:
             other, note = notes[col]
