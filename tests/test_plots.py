@@ -409,3 +409,15 @@ def test_live_static_estimate_says_where_it_starts_and_exact_points_are_not_clip
     assert "static: best fixed in hindsight (live estimate, from t = 17)" in lines
     exact = [line for label, line in lines.items() if label.startswith("static, exact")]
     assert len(exact) == 1 and exact[0].get_clip_on() is False
+
+
+def test_decomposition_checkpoint_points_are_not_clipped_at_the_edges():
+    from streamfl.report.plots import _decomposition_figure
+    df, summary = synthetic_run(T=200, M=2, baselines=())
+    df = df.drop(columns=["regret_expected"])
+    summary["decomposition"] = {"basis": "population F"}
+    summary["expected_checkpoints"] = [[1, 0.5, 0.4], [100, 5.0, 4.9], [200, 8.0, 7.9]]
+    fig = _decomposition_figure(df, summary)
+    marks = [line for label, line in _lines(fig.axes[0]).items() if "exact at checkpoints" in label]
+    assert len(marks) == 2 and all(line.get_clip_on() is False for line in marks)
+    assert marks[0].get_xdata().tolist() == [1.0, 100.0, 200.0]

@@ -1125,7 +1125,7 @@ def _decomposition_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
                                              ("virtual average x̄_t (Lemma 1, first term)", "#9467bd")), start=1):
             ax.plot(marks[:, 0], marks[:, j], color=colour, linestyle=":", linewidth=1.0, marker="o", markersize=4.5,
                     markerfacecolor="white", markeredgecolor=colour,
-                    label=f"{label}, exact at checkpoints: {_fmt(marks[-1, j])}")
+                    label=f"{label}, exact at checkpoints: {_fmt(marks[-1, j])}", clip_on=False)
             drawn += 1
     if not drawn:
         ax.text(0.5, 0.5, "no decomposition columns in this run", transform=ax.transAxes,
