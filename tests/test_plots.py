@@ -421,3 +421,15 @@ def test_decomposition_checkpoint_points_are_not_clipped_at_the_edges():
     marks = [line for label, line in _lines(fig.axes[0]).items() if "exact at checkpoints" in label]
     assert len(marks) == 2 and all(line.get_clip_on() is False for line in marks)
     assert marks[0].get_xdata().tolist() == [1.0, 100.0, 200.0]
+
+
+def test_heterogeneity_draws_a_sparsely_recorded_series_as_one_connected_line():
+    df, summary = synthetic_run(T=400, M=4, baselines=())
+    sparse = np.full(len(df), np.nan)
+    sparse[7::8] = 2.0                                   # σ² known at t = 8, 16, …, 400 only
+    df["sigma2"] = sparse
+    fig = _heterogeneity_figure(df, summary)
+    line = next(line for line in fig.axes[0].get_lines() if line.get_label().startswith("σ² (gradient noise"))
+    x, y = np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
+    assert x.tolist() == list(range(8, 401, 8))          # its own points, no NaN gaps between them
+    assert np.all(np.isfinite(y)) and np.allclose(y, 2.0)

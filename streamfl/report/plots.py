@@ -952,18 +952,34 @@ def _heterogeneity_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         if not np.isfinite(mean):
             mean = float(finite.mean())
         se = _num(het.get(key.replace("_mean", "_se")))
-        smooth = raw.rolling(window, min_periods=1).mean().to_numpy()[idx]
+        # a series recorded at some steps only (σ² once per chunk/round) is drawn through its own points:
+        # smoothing it on the step grid left two-step fragments that read as a dashed line
+        known = raw.notna().to_numpy()
+        sparse = known.sum() < 0.5 * T
+        if sparse:
+            pts = raw[known]
+            sel = _thin_index(len(pts))
+            tt = df["t"].to_numpy(dtype=float)[known][sel]
+            w = max(1, int(round(window * len(pts) / max(T, 1))))
+            smooth = pts.rolling(w, min_periods=1).mean().to_numpy()[sel]
+        else:
+            tt = t
+            smooth = raw.rolling(window, min_periods=1).mean().to_numpy()[idx]
         smooth = np.where(smooth > 0, smooth, np.nan)
         if not np.isfinite(smooth).any():
             zero.append(f"{sym} ≡ 0" if np.allclose(finite, 0) else f"{sym} ≤ 0 (mean {_fmt(mean)})")
             continue
         shown = f"{_fmt(max(mean, 0.0))}" + (f" ± {_fmt(se)}" if np.isfinite(se) else "")
-        ax.plot(t, smooth, color=colour, linewidth=1.6, label=f"{sym} ({what}), {bar} = {shown}")
+        ax.plot(tt, smooth, color=colour, linewidth=1.6, label=f"{sym} ({what}), {bar} = {shown}")
         lo, hi = f"{col}_lo", f"{col}_hi"
         if _has_data(df, lo) and _has_data(df, hi):
-            blo = df[lo].astype(float).rolling(window, min_periods=1).mean().to_numpy()[idx]
-            bhi = df[hi].astype(float).rolling(window, min_periods=1).mean().to_numpy()[idx]
-            ax.fill_between(t, np.where(blo > 0, blo, np.nan), np.where(bhi > 0, bhi, np.nan),
+            if sparse:
+                blo = df[lo].astype(float)[known].rolling(w, min_periods=1).mean().to_numpy()[sel]
+                bhi = df[hi].astype(float)[known].rolling(w, min_periods=1).mean().to_numpy()[sel]
+            else:
+                blo = df[lo].astype(float).rolling(window, min_periods=1).mean().to_numpy()[idx]
+                bhi = df[hi].astype(float).rolling(window, min_periods=1).mean().to_numpy()[idx]
+            ax.fill_between(tt, np.where(blo > 0, blo, np.nan), np.where(bhi > 0, bhi, np.nan),
                             color=colour, alpha=0.18, linewidth=0)
         drawn += 1
     if drawn:
