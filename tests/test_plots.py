@@ -433,3 +433,17 @@ def test_heterogeneity_draws_a_sparsely_recorded_series_as_one_connected_line():
     x, y = np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
     assert x.tolist() == list(range(8, 401, 8))          # its own points, no NaN gaps between them
     assert np.all(np.isfinite(y)) and np.allclose(y, 2.0)
+
+
+def test_client_regret_says_why_a_panel_has_points_at_t_only():
+    from streamfl.report.plots import _client_regret_figure
+    df, summary = synthetic_run(T=100, M=2, baselines=())
+    summary["client_regret"] = {"static": [3.0, 4.0], "expected": [2.0, 2.5], "dynamic": None}
+    fig = _client_regret_figure(df, summary)                     # static has per-step columns, expected not
+    assert [ax.get_title() for ax in fig.axes] == ["static", "expected: per client at T only (end-of-run solver)"]
+    df = df.drop(columns=[c for c in df.columns if "_regret_" in c and c.startswith("client")])
+    summary["config"]["output"] = {"client_columns": False}
+    fig = _client_regret_figure(df, summary)
+    assert [ax.get_title() for ax in fig.axes] == [
+        "static: per client at T only (output.client_columns: false)",
+        "expected: per client at T only (output.client_columns: false)"]

@@ -1236,7 +1236,10 @@ def _client_regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         if len(t):
             ax.set_xlim(float(t.min()), max(float(t.max()), float(t.min()) + 1) * 1.02)
         # without per-step columns the panel holds points at T only: say why the rest of it is empty
-        ax.set_title(kind if curves else f"{kind}: per client at T only (end-of-run solver)", fontsize=10)
+        output = _config(summary).get("output")
+        off = isinstance(output, dict) and output.get("client_columns") is False
+        why = "output.client_columns: false" if off else "end-of-run solver"
+        ax.set_title(kind if curves else f"{kind}: per client at T only ({why})", fontsize=10)
         ax.set_xlabel("step t")
         _style(ax)
         ax.legend(fontsize=7.5, loc="best", framealpha=0.9)
