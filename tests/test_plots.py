@@ -337,7 +337,7 @@ def test_client_regret_leaves_out_clients_that_never_played_and_wraps_its_title(
     summary["client_regret"] = {"static": [0.0, 32.5, 40.0], "expected": None, "dynamic": None}
     fig = _client_regret_figure(df, summary)
     assert len(fig.axes) == 1
-    points = _lines(fig.axes[0])["clients at T (exact)"]
+    points = _lines(fig.axes[0])["clients at their last step (exact)"]
     assert sorted(points.get_ydata().tolist()) == [32.5, 40.0]            # not the never-played 0
     assert fig.axes[0].get_title() == "static: per client at T only (end-of-run solver)"
     title = fig._suptitle.get_text()
@@ -447,3 +447,19 @@ def test_client_regret_says_why_a_panel_has_points_at_t_only():
     assert [ax.get_title() for ax in fig.axes] == [
         "static: per client at T only (output.client_columns: false)",
         "expected: per client at T only (output.client_columns: false)"]
+
+
+def test_client_regret_stops_a_client_whose_table_ended_at_its_last_step():
+    from streamfl.report.plots import _client_regret_figure
+    df, summary = synthetic_run(T=100, M=3, baselines=())
+    summary["client_last_step"] = [100, 40, 20]
+    summary["client_regret"] = {"static": [5.0, 4.0, 3.0], "expected": None, "dynamic": None}
+    summary["regret_static_method"] = "exact (sufficient statistics)"
+    fig = _client_regret_figure(df, summary)
+    lines = _lines(fig.axes[0])
+    points = lines["clients at their last step (exact)"]
+    assert points.get_xdata().tolist() == [100.0, 40.0, 20.0]
+    median = lines["clients' median of the clients still playing"]
+    y, x = np.asarray(median.get_ydata(), dtype=float), np.asarray(median.get_xdata(), dtype=float)
+    # past t = 40 only client 0 plays: the median is its own curve, not a mix with frozen values
+    assert np.allclose(y[x > 40], df.loc[df["t"].isin(x[x > 40]), "client0_regret_static"].to_numpy())

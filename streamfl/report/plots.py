@@ -1197,6 +1197,9 @@ def _client_regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     # clients that never played (0 rows) have no regret: their 0 is not a value to draw
     played = ([np.isfinite(_num(x)) and _num(x) > 0 for x in last]
               if isinstance(last, (list, tuple)) else None)
+    ends = np.asarray([_num(x) for x in last], dtype=float) if played is not None else None
+    T = float(t[-1]) if len(t) else 0.0
+    ended = ends is not None and bool(np.any((ends > 0) & (ends < T)))
     found: dict[str, list[str]] = {}
     for c in thin.columns:
         m = _CLIENT_REGRET_RE.match(c)
@@ -1212,18 +1215,29 @@ def _client_regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         colour = colours[kind]
         curves = kind in found and any(_has_data(thin, c) for c in found[kind])
         if curves:
-            Y = thin[found[kind]].to_numpy(dtype=float)
+            Y = np.array(thin[found[kind]].to_numpy(dtype=float), copy=True)
+            if ended:        # a client whose table ended stops at its last step, not flat to T
+                for j, c in enumerate(found[kind]):
+                    m = int(_CLIENT_REGRET_RE.match(c).group(1))
+                    if m < len(ends) and 0 < ends[m] < T:
+                        Y[t > ends[m], j] = np.nan
+            still = " of the clients still playing" if ended else ""
             with np.errstate(all="ignore"):
                 ax.fill_between(t, np.nanmin(Y, axis=1), np.nanmax(Y, axis=1), color=colour, alpha=0.2,
-                                linewidth=0, label=f"clients' range ({Y.shape[1]} clients)")
-                ax.plot(t, np.nanmedian(Y, axis=1), color=colour, linewidth=1.7, label="clients' median")
+                                linewidth=0, label=f"clients' range{still} ({Y.shape[1]} clients)")
+                ax.plot(t, np.nanmedian(Y, axis=1), color=colour, linewidth=1.7, label=f"clients' median{still}")
         vals = finals.get(kind)
         if isinstance(vals, list) and vals and len(t):
             v = np.asarray([_num(x) for x in vals])
+            x = np.full(v.shape, t[-1])
             if played is not None and len(played) == len(v):
-                v = v[np.asarray(played, dtype=bool)]
-            ax.plot(np.full(v.shape, t[-1]), v, linestyle="none", marker="o", markersize=4, markerfacecolor="white",
-                    markeredgecolor=colour, label="clients at T (exact)")
+                if ended:    # each client's final value at its own last step
+                    x = np.where((ends > 0) & (ends < T), ends, x)
+                keep = np.asarray(played, dtype=bool)
+                v, x = v[keep], x[keep]
+            ax.plot(x, v, linestyle="none", marker="o", markersize=4, markerfacecolor="white",
+                    markeredgecolor=colour, clip_on=False,
+                    label="clients at their last step (exact)" if ended else "clients at T (exact)")
         net = f"regret_{kind}"
         if _has_data(thin, net) and not (kind == "static" and len(_checkpoints(summary)[0])
                                          and "sufficient" not in str(summary.get("regret_static_method", ""))):
