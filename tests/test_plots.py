@@ -463,3 +463,12 @@ def test_client_regret_stops_a_client_whose_table_ended_at_its_last_step():
     y, x = np.asarray(median.get_ydata(), dtype=float), np.asarray(median.get_xdata(), dtype=float)
     # past t = 40 only client 0 plays: the median is its own curve, not a mix with frozen values
     assert np.allclose(y[x > 40], df.loc[df["t"].isin(x[x > 40]), "client0_regret_static"].to_numpy())
+
+
+def test_regret_over_sqrt_t_labels_steps_between_decades_on_a_short_run():
+    df, summary = synthetic_run(T=75, M=2, baselines=())
+    fig = _regret_over_sqrt_t_figure(df, summary)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels() + ax.get_xticklabels(minor=True) if t.get_text()]
+    assert {"1", "10", "20", "40"} <= set(labels)

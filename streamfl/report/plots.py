@@ -367,7 +367,7 @@ def _new_figure(figsize=FIGSIZE) -> Figure:
 def _style(ax) -> None:
     ax.grid(True, which="major", alpha=0.35, linewidth=0.7)
     ax.grid(True, which="minor", alpha=0.12, linewidth=0.5)
-    ax.tick_params(labelsize=9)
+    ax.tick_params(which="both", labelsize=9)   # minor labels (log axes) the same size as major ones
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 
@@ -710,6 +710,9 @@ def _regret_over_sqrt_t_figure(df: pd.DataFrame, summary: Mapping | None) -> Fig
         _draw_drift(ax, summary, float(t.min()), float(t.max()))
         ax.set_xscale("log")
         ax.set_xlim(max(1.0, float(t.min())), max(float(t.max()), float(t.min()) * 1.01 + 1))
+        # plain step numbers, and labelled minor ticks when the run spans few decades (T = 75: 1, 10 only)
+        ax.xaxis.set_major_formatter(_PlainLogFormatter())
+        ax.xaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.6)))
     if not drawn:
         ax.text(0.5, 0.5, "no regret series available", transform=ax.transAxes,
                 ha="center", va="center", color="0.4")
