@@ -339,7 +339,7 @@ def test_client_regret_leaves_out_clients_that_never_played_and_wraps_its_title(
     assert len(fig.axes) == 1
     points = _lines(fig.axes[0])["clients at their last step (exact)"]
     assert sorted(points.get_ydata().tolist()) == [32.5, 40.0]            # not the never-played 0
-    assert fig.axes[0].get_title() == "static: per client at T only (end-of-run solver)"
+    assert fig.axes[0].get_title() == "static: per client at T only (solved\nat the end of the run)"
     title = fig._suptitle.get_text()
     # a one-panel figure is 4.8 in wide: lines of at most 43 characters (the name alone cannot be broken)
     assert title == "n" * 60 + "\n(fedsea): per-client regret (each client\nagainst its own comparators)"
@@ -440,13 +440,13 @@ def test_client_regret_says_why_a_panel_has_points_at_t_only():
     df, summary = synthetic_run(T=100, M=2, baselines=())
     summary["client_regret"] = {"static": [3.0, 4.0], "expected": [2.0, 2.5], "dynamic": None}
     fig = _client_regret_figure(df, summary)                     # static has per-step columns, expected not
-    assert [ax.get_title() for ax in fig.axes] == ["static", "expected: per client at T only (end-of-run solver)"]
+    assert [ax.get_title() for ax in fig.axes] == ["static", "expected: per client at T only (solved\nat the end of the run)"]
     df = df.drop(columns=[c for c in df.columns if "_regret_" in c and c.startswith("client")])
     summary["config"]["output"] = {"client_columns": False}
     fig = _client_regret_figure(df, summary)
     assert [ax.get_title() for ax in fig.axes] == [
-        "static: per client at T only (output.client_columns: false)",
-        "expected: per client at T only (output.client_columns: false)"]
+        "static: per client at T only\n(output.client_columns: false)",
+        "expected: per client at T only\n(output.client_columns: false)"]
 
 
 def test_client_regret_stops_a_client_whose_table_ended_at_its_last_step():

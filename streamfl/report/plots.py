@@ -1255,8 +1255,9 @@ def _client_regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         # without per-step columns the panel holds points at T only: say why the rest of it is empty
         output = _config(summary).get("output")
         off = isinstance(output, dict) and output.get("client_columns") is False
-        why = "output.client_columns: false" if off else "end-of-run solver"
-        ax.set_title(kind if curves else f"{kind}: per client at T only ({why})", fontsize=10)
+        why = "output.client_columns: false" if off else "solved at the end of the run"
+        # wrapped to the 4-inch panel: side by side, unwrapped titles ran into each other
+        ax.set_title(kind if curves else _wrap(f"{kind}: per client at T only ({why})", 40), fontsize=10)
         ax.set_xlabel("step t")
         _style(ax)
         ax.legend(fontsize=7.5, loc="best", framealpha=0.9)
