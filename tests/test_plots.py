@@ -339,7 +339,7 @@ def test_client_regret_leaves_out_clients_that_never_played_and_wraps_its_title(
     assert len(fig.axes) == 1
     points = _lines(fig.axes[0])["clients at their last step (exact)"]
     assert sorted(points.get_ydata().tolist()) == [32.5, 40.0]            # not the never-played 0
-    assert fig.axes[0].get_title() == "static: per client at T only (solved\nat the end of the run)"
+    assert fig.axes[0].get_title() == "static: per client at T only (solved at\nthe end of the run)"
     title = fig._suptitle.get_text()
     # a one-panel figure is 4.8 in wide: lines of at most 43 characters (the name alone cannot be broken)
     assert title == "n" * 60 + "\n(fedsea): per-client regret (each client\nagainst its own comparators)"
