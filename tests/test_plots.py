@@ -326,3 +326,149 @@ def test_regime_agreement_plot_marks_agreeing_and_disagreeing_cells(tmp_path):
     agreement = {"cells": cells, "agree": 1, "n": 2, "literal_agree": 0, "literal_n": 2, "metric": "regret_dynamic"}
     path = plot_regime_agreement(agreement, tmp_path / "regime.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_client_regret_leaves_out_clients_that_never_played_and_wraps_its_title():
+    from streamfl.report.plots import _client_regret_figure
+    df, summary = synthetic_run(T=100, M=3, baselines=())
+    df = df.drop(columns=[c for c in df.columns if c.startswith("client") and "_regret_" in c])
+    summary["config"]["name"] = "n" * 60
+    summary["client_last_step"] = [0, 56, 100]          # client 0 had no rows
+    summary["client_regret"] = {"static": [0.0, 32.5, 40.0], "expected": None, "dynamic": None}
+    fig = _client_regret_figure(df, summary)
+    assert len(fig.axes) == 1
+    points = _lines(fig.axes[0])["clients at their last step (exact)"]
+    assert sorted(points.get_ydata().tolist()) == [32.5, 40.0]            # not the never-played 0
+    assert fig.axes[0].get_title() == "static: per client at T only (solved at\nthe end of the run)"
+    title = fig._suptitle.get_text()
+    # a one-panel figure is 4.8 in wide: lines of at most 43 characters (the name alone cannot be broken)
+    assert title == "n" * 60 + "\n(fedsea): per-client regret (each client\nagainst its own comparators)"
+
+
+def test_decomposition_notes_coinciding_curves_and_the_live_static_estimate():
+    from streamfl.report.plots import _decomposition_figure
+    df, summary = synthetic_run(T=200, M=2, baselines=())
+    df["regret_static_virtual"] = df["regret_static"] + 0.05           # hides the played models' curve
+    df["consensus_part"] = -0.05
+    df["cum_consensus"] = np.linspace(0.0, 100.0, len(df))              # far from the consensus part
+    summary["heterogeneity"]["L"] = 1.0
+    summary["config"]["source"] = {"kind": "file"}
+    fig = _decomposition_figure(df, summary)
+    labels = [line.get_label() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
+    static = f"{df['regret_static'].iloc[-1]:.4g}"
+    virtual = f"{df['regret_static_virtual'].iloc[-1]:.4g}"
+    assert labels[0] == f"static regret of the played models (live estimate): {static}"
+    assert labels[1] == (f"virtual average x̄_t (Lemma 1, first term): {virtual}; "
+                         "overlaps static regret (max |Δ| = 0.05)")
+    assert "overlaps" not in labels[3]
+
+
+def test_literal_condition_that_cannot_be_evaluated_reads_undetermined():
+    df, summary = synthetic_run(T=200, M=2, baselines=())
+    summary["heterogeneity"]["literal"] = {"lhs": None, "rhs": 0.2, "holds": None}
+    fig = _heterogeneity_figure(df, summary)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts] + _legend_texts(fig)
+    texts += [t.get_text() for leg in [ax.get_legend() for ax in fig.axes] if leg for t in leg.get_texts()]
+    texts += [leg.get_title().get_text() for leg in fig.legends]
+    joined = "\n".join(texts)
+    assert "read literally (not unit-invariant): n/a vs 0.2 ⇒ undetermined" in joined
+    assert "⇒ None" not in joined
+
+
+def test_client_losses_says_when_a_client_is_the_network_and_draws_it_on_top():
+    df, summary = synthetic_run(T=200, M=1, baselines=())
+    df["client0_cum_loss"] = df["cum_loss"]                   # M = 1: the client is the network
+    fig = _client_losses_figure(df, summary)
+    ax = fig.axes[0]
+    assert _legend_texts(fig) == ["client 0, identical to the network", "network (weighted mean over clients)"]
+    lines = _lines(ax)
+    assert lines["client 0, identical to the network"].get_zorder() > lines["network (weighted mean over clients)"].get_zorder()
+    assert "M = 1 client;" in ax.get_title()
+    df2, summary2 = synthetic_run(T=200, M=2, baselines=())
+    assert "identical" not in " ".join(_legend_texts(_client_losses_figure(df2, summary2)))
+
+
+def test_heterogeneity_lists_series_that_are_zero_in_the_legend_not_over_the_curves():
+    df, summary = synthetic_run(T=200, M=1, baselines=())
+    df["zeta2"] = 0.0
+    df["K2"] = 0.0
+    fig = _heterogeneity_figure(df, summary)
+    top = fig.axes[0]
+    assert not [t.get_text() for t in top.texts if "log scale" in t.get_text()]
+    legend = [t.get_text() for t in top.get_legend().get_texts()] if top.get_legend() else _legend_texts(fig)
+    assert "ζ² ≡ 0, K² ≡ 0 (not drawn on the log scale)" in legend
+
+
+@pytest.mark.parametrize("build", [_regret_figure, _regret_over_sqrt_t_figure])
+def test_live_static_estimate_says_where_it_starts_and_exact_points_are_not_clipped(build):
+    df, summary = synthetic_run(T=300, M=2, baselines=())
+    df.loc[df["t"] < 17, "regret_static"] = np.nan              # the live estimate's warm-up
+    fig = build(df, summary)
+    ax = fig.axes[0]
+    lines = _lines(ax)
+    assert "static: best fixed in hindsight (live estimate, from t = 17)" in lines
+    exact = [line for label, line in lines.items() if label.startswith("static, exact")]
+    assert len(exact) == 1 and exact[0].get_clip_on() is False
+
+
+def test_decomposition_checkpoint_points_are_not_clipped_at_the_edges():
+    from streamfl.report.plots import _decomposition_figure
+    df, summary = synthetic_run(T=200, M=2, baselines=())
+    df = df.drop(columns=["regret_expected"])
+    summary["decomposition"] = {"basis": "population F"}
+    summary["expected_checkpoints"] = [[1, 0.5, 0.4], [100, 5.0, 4.9], [200, 8.0, 7.9]]
+    fig = _decomposition_figure(df, summary)
+    marks = [line for label, line in _lines(fig.axes[0]).items() if "exact at checkpoints" in label]
+    assert len(marks) == 2 and all(line.get_clip_on() is False for line in marks)
+    assert marks[0].get_xdata().tolist() == [1.0, 100.0, 200.0]
+
+
+def test_heterogeneity_draws_a_sparsely_recorded_series_as_one_connected_line():
+    df, summary = synthetic_run(T=400, M=4, baselines=())
+    sparse = np.full(len(df), np.nan)
+    sparse[7::8] = 2.0                                   # σ² known at t = 8, 16, …, 400 only
+    df["sigma2"] = sparse
+    fig = _heterogeneity_figure(df, summary)
+    line = next(line for line in fig.axes[0].get_lines() if line.get_label().startswith("σ² (gradient noise"))
+    x, y = np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
+    assert x.tolist() == list(range(8, 401, 8))          # its own points, no NaN gaps between them
+    assert np.all(np.isfinite(y)) and np.allclose(y, 2.0)
+
+
+def test_client_regret_says_why_a_panel_has_points_at_t_only():
+    from streamfl.report.plots import _client_regret_figure
+    df, summary = synthetic_run(T=100, M=2, baselines=())
+    summary["client_regret"] = {"static": [3.0, 4.0], "expected": [2.0, 2.5], "dynamic": None}
+    fig = _client_regret_figure(df, summary)                     # static has per-step columns, expected not
+    assert [ax.get_title() for ax in fig.axes] == ["static", "expected: per client at T only (solved\nat the end of the run)"]
+    df = df.drop(columns=[c for c in df.columns if "_regret_" in c and c.startswith("client")])
+    summary["config"]["output"] = {"client_columns": False}
+    fig = _client_regret_figure(df, summary)
+    assert [ax.get_title() for ax in fig.axes] == [
+        "static: per client at T only\n(output.client_columns: false)",
+        "expected: per client at T only\n(output.client_columns: false)"]
+
+
+def test_client_regret_stops_a_client_whose_table_ended_at_its_last_step():
+    from streamfl.report.plots import _client_regret_figure
+    df, summary = synthetic_run(T=100, M=3, baselines=())
+    summary["client_last_step"] = [100, 40, 20]
+    summary["client_regret"] = {"static": [5.0, 4.0, 3.0], "expected": None, "dynamic": None}
+    summary["regret_static_method"] = "exact (sufficient statistics)"
+    fig = _client_regret_figure(df, summary)
+    lines = _lines(fig.axes[0])
+    points = lines["clients at their last step (exact)"]
+    assert points.get_xdata().tolist() == [100.0, 40.0, 20.0]
+    median = lines["clients' median of the clients still playing"]
+    y, x = np.asarray(median.get_ydata(), dtype=float), np.asarray(median.get_xdata(), dtype=float)
+    # past t = 40 only client 0 plays: the median is its own curve, not a mix with frozen values
+    assert np.allclose(y[x > 40], df.loc[df["t"].isin(x[x > 40]), "client0_regret_static"].to_numpy())
+
+
+def test_regret_over_sqrt_t_labels_steps_between_decades_on_a_short_run():
+    df, summary = synthetic_run(T=75, M=2, baselines=())
+    fig = _regret_over_sqrt_t_figure(df, summary)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels() + ax.get_xticklabels(minor=True) if t.get_text()]
+    assert {"1", "10", "20", "40"} <= set(labels)

@@ -367,7 +367,7 @@ def _new_figure(figsize=FIGSIZE) -> Figure:
 def _style(ax) -> None:
     ax.grid(True, which="major", alpha=0.35, linewidth=0.7)
     ax.grid(True, which="minor", alpha=0.12, linewidth=0.5)
-    ax.tick_params(labelsize=9)
+    ax.tick_params(which="both", labelsize=9)   # minor labels (log axes) the same size as major ones
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 
@@ -470,6 +470,20 @@ def _coincidences(series: Sequence[tuple[str, np.ndarray]], span: float) -> dict
 def _span(values: Sequence[np.ndarray]) -> float:
     finite = np.concatenate([np.asarray(v, dtype=float)[np.isfinite(v)] for v in values]) if values else np.array([])
     return float(finite.max() - finite.min()) if finite.size else 0.0
+
+
+def _live_note(df: pd.DataFrame, col: str) -> str:
+    """Legend note for the live static estimate, with its first step when it starts late (warm-up).
+
+    >>> _live_note(pd.DataFrame({"t": [1, 2, 3], "r": [np.nan, np.nan, 0.5]}), "r")
+    ' (live estimate, from t = 3)'
+    """
+    y = df[col].to_numpy(dtype=float)
+    t = df["t"].to_numpy()
+    ok = np.flatnonzero(np.isfinite(y))
+    if len(ok) and ok[0] > 0:
+        return f" (live estimate, from t = {int(t[ok[0]]):,})"
+    return " (live estimate)"
 
 
 def _exact_label(summary: Mapping) -> str:
@@ -576,7 +590,7 @@ def _regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         if not _has_data(thin, col):
             continue
         if col == "regret_static" and len(ck_t) and "sufficient statistics" not in str(summary.get("regret_static_method", "")):
-            label += " (live estimate)"
+            label += _live_note(df, col)
         comps.append((col, label, colour))
     full = [(label, df[col].to_numpy(dtype=float)) for col, label, _ in comps]
     notes = _coincidences(full, _span([v for _, v in full]))
@@ -590,7 +604,8 @@ def _regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         _band(top, thin, col, colour, t)
     if len(ck_t):
         top.plot(ck_t, ck_r, linestyle="none", marker="o", markersize=5.5, markerfacecolor="white",
-                 markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4)
+                 markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4,
+                 clip_on=False)  # the points at t = 1 and T sit on the axes' edges
     if not comps and not len(ck_t):
         top.text(0.5, 0.5, "no regret series available", transform=top.transAxes,
                  ha="center", va="center", color="0.4")
@@ -682,18 +697,22 @@ def _regret_over_sqrt_t_figure(df: pd.DataFrame, summary: Mapping | None) -> Fig
         if not _has_data(thin, col):
             continue
         if col == "regret_static" and len(ck_t) and "sufficient statistics" not in str(summary.get("regret_static_method", "")):
-            label += " (live estimate)"
+            label += _live_note(df, col)
         ax.plot(t, thin[col].to_numpy(dtype=float) / root, color=colour, linewidth=1.8, label=label)
         _band(ax, thin, col, colour, t, root)
         drawn += 1
     if len(ck_t):
         ax.plot(ck_t, ck_r / np.sqrt(ck_t), linestyle="none", marker="o", markersize=5.5, markerfacecolor="white",
-                markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4)
+                markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4,
+                 clip_on=False)  # the points at t = 1 and T sit on the axes' edges
         drawn += 1
     if len(t):
         _draw_drift(ax, summary, float(t.min()), float(t.max()))
         ax.set_xscale("log")
         ax.set_xlim(max(1.0, float(t.min())), max(float(t.max()), float(t.min()) * 1.01 + 1))
+        # plain step numbers, and labelled minor ticks when the run spans few decades (T = 75: 1, 10 only)
+        ax.xaxis.set_major_formatter(_PlainLogFormatter())
+        ax.xaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.6)))
     if not drawn:
         ax.text(0.5, 0.5, "no regret series available", transform=ax.transAxes,
                 ha="center", va="center", color="0.4")
@@ -790,8 +809,15 @@ def _client_losses_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
             tt, yy = np.r_[tt[tt < end], end], np.r_[yy[tt < end], y_end]
             ended.append((end, y_end))
         values.append(yy)
-        colour = palette(i / max(1, len(shown) - 1) * 0.9)
-        ax.plot(tt, yy, color=colour, linewidth=0.8, alpha=0.75, label=f"client {m}" if individual else None)
+        colour = palette(i / max(1, len(shown) - 1) * 0.9 if len(shown) > 1 else 0.55)  # a lone client: not near black
+        # a client equal to the network at every step it played (M = 1) would hide under the black line:
+        # draw it on top and say so in the legend
+        net_here = network[keep]
+        same = (len(net_here) == len(y[keep]) and len(net_here) > 0
+                and bool(np.allclose(y[keep], net_here, rtol=1e-9, atol=0.0, equal_nan=True)))
+        label = (f"client {m}" + (", identical to the network" if same else "")) if individual else None
+        ax.plot(tt, yy, color=colour, linewidth=0.8 if not same else 1.2, alpha=0.75 if not same else 1.0,
+                label=label, zorder=6 if same else 2)
         if end < T and len(at_end):
             ax.plot([end], [y_end], linestyle="none", marker="x", color=colour, markersize=7, markeredgewidth=1.6,
                     zorder=6)
@@ -845,6 +871,15 @@ _HET = (
     ("zeta2", "ζ²", "spatial", "zeta2_mean", r"$\bar{\zeta}^2$", "#ff7f0e"),
     ("K2", "K²", "temporal", "K2_mean", r"$\bar{K}^2$", "#2ca02c"),
 )
+
+
+def _holds_text(holds: Any) -> str:
+    """A condition's outcome in words: 'True', 'False', or 'undetermined' (None: a side could not be estimated).
+
+    >>> _holds_text(None), _holds_text(True)
+    ('undetermined', 'True')
+    """
+    return "undetermined" if holds is None else str(bool(holds))
 
 
 def _verdict(regime: Mapping) -> tuple[bool | None, str]:
@@ -920,18 +955,34 @@ def _heterogeneity_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         if not np.isfinite(mean):
             mean = float(finite.mean())
         se = _num(het.get(key.replace("_mean", "_se")))
-        smooth = raw.rolling(window, min_periods=1).mean().to_numpy()[idx]
+        # a series recorded at some steps only (σ² once per chunk/round) is drawn through its own points:
+        # smoothing it on the step grid left two-step fragments that read as a dashed line
+        known = raw.notna().to_numpy()
+        sparse = known.sum() < 0.5 * T
+        if sparse:
+            pts = raw[known]
+            sel = _thin_index(len(pts))
+            tt = df["t"].to_numpy(dtype=float)[known][sel]
+            w = max(1, int(round(window * len(pts) / max(T, 1))))
+            smooth = pts.rolling(w, min_periods=1).mean().to_numpy()[sel]
+        else:
+            tt = t
+            smooth = raw.rolling(window, min_periods=1).mean().to_numpy()[idx]
         smooth = np.where(smooth > 0, smooth, np.nan)
         if not np.isfinite(smooth).any():
             zero.append(f"{sym} ≡ 0" if np.allclose(finite, 0) else f"{sym} ≤ 0 (mean {_fmt(mean)})")
             continue
         shown = f"{_fmt(max(mean, 0.0))}" + (f" ± {_fmt(se)}" if np.isfinite(se) else "")
-        ax.plot(t, smooth, color=colour, linewidth=1.6, label=f"{sym} ({what}), {bar} = {shown}")
+        ax.plot(tt, smooth, color=colour, linewidth=1.6, label=f"{sym} ({what}), {bar} = {shown}")
         lo, hi = f"{col}_lo", f"{col}_hi"
         if _has_data(df, lo) and _has_data(df, hi):
-            blo = df[lo].astype(float).rolling(window, min_periods=1).mean().to_numpy()[idx]
-            bhi = df[hi].astype(float).rolling(window, min_periods=1).mean().to_numpy()[idx]
-            ax.fill_between(t, np.where(blo > 0, blo, np.nan), np.where(bhi > 0, bhi, np.nan),
+            if sparse:
+                blo = df[lo].astype(float)[known].rolling(w, min_periods=1).mean().to_numpy()[sel]
+                bhi = df[hi].astype(float)[known].rolling(w, min_periods=1).mean().to_numpy()[sel]
+            else:
+                blo = df[lo].astype(float).rolling(window, min_periods=1).mean().to_numpy()[idx]
+                bhi = df[hi].astype(float).rolling(window, min_periods=1).mean().to_numpy()[idx]
+            ax.fill_between(tt, np.where(blo > 0, blo, np.nan), np.where(bhi > 0, bhi, np.nan),
                             color=colour, alpha=0.18, linewidth=0)
         drawn += 1
     if drawn:
@@ -946,9 +997,8 @@ def _heterogeneity_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         _draw_drift(ax, summary, float(t.min()), float(t.max()))
     ax.set_ylabel("squared gradient norm\n(loss² per model unit², log)")
     _style(ax)
-    if zero:
-        ax.text(0.01, 0.02, ", ".join(zero) + " (not drawn on the log scale)", transform=ax.transAxes,
-                fontsize=8, color="0.35")
+    if zero:                             # in the legend: free text in the panel ran over the curves
+        ax.plot([], [], linestyle="none", label=", ".join(zero) + " (not drawn on the log scale)")
     if ax.get_legend_handles_labels()[0] and ax2 is not None:
         ax.legend(fontsize=7.6, loc="best", framealpha=0.9)
 
@@ -971,7 +1021,7 @@ def _heterogeneity_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     lit = het.get("literal") if isinstance(het.get("literal"), dict) else {}
     if lit:
         test += (f"\nFedSEA's σ̄²/M ≥ L·K̄² read literally (not unit-invariant): "
-                 f"{_fmt(lit.get('lhs'))} vs {_fmt(lit.get('rhs'))} ⇒ {lit.get('holds')}")
+                 f"{_fmt(lit.get('lhs'))} vs {_fmt(lit.get('rhs'))} ⇒ {_holds_text(lit.get('holds'))}")
     if ax2 is not None:
         tt = df["t"].to_numpy(dtype=float)
         for col, label, colour in (("regime_noise", "noise term N_t = Σ η σ²/(2M(2 − ηℓ))  (÷ M by averaging)", "#1f77b4"),
@@ -1041,6 +1091,10 @@ def plot_decomposition(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     -------
     Path
     """
+    return _save(_decomposition_figure(df, summary), path)
+
+
+def _decomposition_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     _require(df, REQUIRED)
     summary = summary or {}
     units = _loss_units(summary)
@@ -1065,12 +1119,23 @@ def plot_decomposition(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     ax = fig.add_subplot()
     ax.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
     drawn = 0
-    for col, label, colour, style in rows:
-        if not _has_data(thin, col):
-            continue
-        y = thin[col].to_numpy(dtype=float)
-        ax.plot(t, y, color=colour, linestyle=style, linewidth=1.7,
-                label=f"{label}: {_fmt(y[-1])}")
+    present = [(col, label, colour, style) for col, label, colour, style in rows if _has_data(thin, col)]
+    series = [(col, thin[col].to_numpy(dtype=float)) for col, *_ in present]
+    notes = _coincidences(series, _span([y for _, y in series]))
+    names = {"regret_static": "static regret", "regret_expected": "expected regret",
+             "regret_static_virtual": "virtual average", "regret_expected_virtual": "virtual average",
+             "consensus_part": "consensus part", "consensus_bound": "bound's weight"}
+    live = (not population and len(_checkpoints(summary)[0])
+            and "sufficient statistics" not in str(summary.get("regret_static_method", "")))
+    for (col, label, colour, style), (_, y) in zip(present, series):
+        if col == "regret_static" and live:
+            label += _live_note(df, col)
+        text = f"{label}: {_fmt(y[-1])}"
+        if col in notes:
+            other, note = notes[col]
+            text += "; " + note.replace(other, names[other])
+        ax.plot(t, y, color=colour, linestyle=style if col not in notes else (0, (4, 3)),
+                linewidth=1.7 if col not in notes else 2.4, label=text, zorder=3 if col in notes else 2)
         _band(ax, thin, col, colour, t)
         drawn += 1
     if population and not _has_data(thin, "regret_expected") and len(marks):
@@ -1079,7 +1144,7 @@ def plot_decomposition(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
                                              ("virtual average x̄_t (Lemma 1, first term)", "#9467bd")), start=1):
             ax.plot(marks[:, 0], marks[:, j], color=colour, linestyle=":", linewidth=1.0, marker="o", markersize=4.5,
                     markerfacecolor="white", markeredgecolor=colour,
-                    label=f"{label}, exact at checkpoints: {_fmt(marks[-1, j])}")
+                    label=f"{label}, exact at checkpoints: {_fmt(marks[-1, j])}", clip_on=False)
             drawn += 1
     if not drawn:
         ax.text(0.5, 0.5, "no decomposition columns in this run", transform=ax.transAxes,
@@ -1094,7 +1159,7 @@ def plot_decomposition(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     _titles(fig, ax, f"{_run_name(summary)}: regret = virtual average + consensus (FedSEA Lemma 1)",
             ("population losses F" if population else "realised losses f (F unknown)")
             + f"; L = {_fmt(L)}" + _seeds_note(summary))
-    return _save(fig, path)
+    return fig
 
 
 _CLIENT_REGRET_RE = re.compile(r"^client(\d+)_regret_(static|expected|dynamic)$")
@@ -1122,15 +1187,26 @@ def plot_client_regret(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     -------
     Path
     """
+    return _save(_client_regret_figure(df, summary), path)
+
+
+def _client_regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     _require(df, REQUIRED)
     summary = summary or {}
     units = _loss_units(summary)
     thin = _thin(df)
     t = thin["t"].to_numpy(dtype=float)
+    last = summary.get("client_last_step")
+    # clients that never played (0 rows) have no regret: their 0 is not a value to draw
+    played = ([np.isfinite(_num(x)) and _num(x) > 0 for x in last]
+              if isinstance(last, (list, tuple)) else None)
+    ends = np.asarray([_num(x) for x in last], dtype=float) if played is not None else None
+    T = float(t[-1]) if len(t) else 0.0
+    ended = ends is not None and bool(np.any((ends > 0) & (ends < T)))
     found: dict[str, list[str]] = {}
     for c in thin.columns:
         m = _CLIENT_REGRET_RE.match(c)
-        if m:
+        if m and not (played is not None and int(m.group(1)) < len(played) and not played[int(m.group(1))]):
             found.setdefault(m.group(2), []).append(c)
     finals = summary.get("client_regret") if isinstance(summary.get("client_regret"), dict) else {}
     kinds = [k for k in ("static", "expected", "dynamic")
@@ -1140,17 +1216,31 @@ def plot_client_regret(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     colours = {"static": "#1f77b4", "expected": "#d62728", "dynamic": "#2ca02c"}
     for ax, kind in zip(axes, kinds):
         colour = colours[kind]
-        if kind in found and any(_has_data(thin, c) for c in found[kind]):
-            Y = thin[found[kind]].to_numpy(dtype=float)
+        curves = kind in found and any(_has_data(thin, c) for c in found[kind])
+        if curves:
+            Y = np.array(thin[found[kind]].to_numpy(dtype=float), copy=True)
+            if ended:        # a client whose table ended stops at its last step, not flat to T
+                for j, c in enumerate(found[kind]):
+                    m = int(_CLIENT_REGRET_RE.match(c).group(1))
+                    if m < len(ends) and 0 < ends[m] < T:
+                        Y[t > ends[m], j] = np.nan
+            still = " of the clients still playing" if ended else ""
             with np.errstate(all="ignore"):
                 ax.fill_between(t, np.nanmin(Y, axis=1), np.nanmax(Y, axis=1), color=colour, alpha=0.2,
-                                linewidth=0, label=f"clients' range ({Y.shape[1]} clients)")
-                ax.plot(t, np.nanmedian(Y, axis=1), color=colour, linewidth=1.7, label="clients' median")
+                                linewidth=0, label=f"clients' range{still} ({Y.shape[1]} clients)")
+                ax.plot(t, np.nanmedian(Y, axis=1), color=colour, linewidth=1.7, label=f"clients' median{still}")
         vals = finals.get(kind)
         if isinstance(vals, list) and vals and len(t):
             v = np.asarray([_num(x) for x in vals])
-            ax.plot(np.full(v.shape, t[-1]), v, linestyle="none", marker="o", markersize=4, markerfacecolor="white",
-                    markeredgecolor=colour, label="clients at T (exact)")
+            x = np.full(v.shape, t[-1])
+            if played is not None and len(played) == len(v):
+                if ended:    # each client's final value at its own last step
+                    x = np.where((ends > 0) & (ends < T), ends, x)
+                keep = np.asarray(played, dtype=bool)
+                v, x = v[keep], x[keep]
+            ax.plot(x, v, linestyle="none", marker="o", markersize=4, markerfacecolor="white",
+                    markeredgecolor=colour, clip_on=False,
+                    label="clients at their last step (exact)" if ended else "clients at T (exact)")
         net = f"regret_{kind}"
         if _has_data(thin, net) and not (kind == "static" and len(_checkpoints(summary)[0])
                                          and "sufficient" not in str(summary.get("regret_static_method", ""))):
@@ -1162,7 +1252,12 @@ def plot_client_regret(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
         ax.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
         if len(t):
             ax.set_xlim(float(t.min()), max(float(t.max()), float(t.min()) + 1) * 1.02)
-        ax.set_title(kind, fontsize=10)
+        # without per-step columns the panel holds points at T only: say why the rest of it is empty
+        output = _config(summary).get("output")
+        off = isinstance(output, dict) and output.get("client_columns") is False
+        why = "output.client_columns: false" if off else "solved at the end of the run"
+        # wrapped to the 4-inch panel: side by side, unwrapped titles ran into each other
+        ax.set_title(kind if curves else _wrap(f"{kind}: per client at T only ({why})", 40), fontsize=10)
         ax.set_xlabel("step t")
         _style(ax)
         ax.legend(fontsize=7.5, loc="best", framealpha=0.9)
@@ -1170,9 +1265,9 @@ def plot_client_regret(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
         axes[0].text(0.5, 0.5, "no per-client regret in this run (output.client_columns: false?)",
                      transform=axes[0].transAxes, ha="center", va="center", color="0.4")
     axes[0].set_ylabel(f"regret of client m alone ({units})")
-    fig.suptitle(f"{_run_name(summary)}: per-client regret (each client against its own comparators)",
-                 fontsize=12, fontweight="bold")
-    return _save(fig, path)
+    title = f"{_run_name(summary)}: per-client regret (each client against its own comparators)"
+    fig.suptitle(_wrap(title, int(fig.get_figwidth() * 9)), fontsize=12, fontweight="bold")
+    return fig
 
 
 def render_run(run_dir: str | Path) -> list[Path]:
