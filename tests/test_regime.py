@@ -129,3 +129,19 @@ def test_flag_agrees_with_the_measured_benefit_of_more_clients(tmp_path):
     assert saved["agreement"]["agree"] == 4
     assert not (tmp_path / "sweep" / "regime.png").exists()          # plots off: agreement.csv only
     assert (tmp_path / "sweep" / "agreement.csv").is_file()
+
+
+def test_a_negative_temporal_estimate_and_an_unknown_transient_do_not_say_helps():
+    # examples/real-shuttle.yaml at T = 300 printed "noise term 0.2242 vs temporal -924.8 + transient n/a ⇒ helps":
+    # V is a sum of K² ≥ 0 (its unbiased estimate may fall below 0) and P ≥ 0 was left out.
+    from streamfl.models import StepSize
+    from streamfl.regret.regime import RegimeTerms
+    r = RegimeTerms(4, 10, StepSize("constant", eta=0.1), estimated=True)
+    ts = np.arange(1, 101)
+    r.update(ts, sigma2=np.full(100, 4.0), K2=np.full(100, -1e-3), curvature=np.ones(100),
+             sigma2_clients=np.full(100, 4.0), zeta2=np.zeros(100), L=1.0)
+    s = r.summary(100)
+    assert s["temporal_term"] < 0 and s["parallelisation_helps"] is None
+    assert s["reason"].startswith("the noise side exceeds the temporal side, but the transient P is unknown")
+    s = r.summary(100, D=0.5)                  # P = 0.6579 < N = 2.6316, V counted as 0
+    assert s["parallelisation_helps"] is True and s["ratio"] == pytest.approx(2.6316 / 0.6579, rel=1e-3)

@@ -103,6 +103,8 @@ class RegimeTerms:
     estimated : bool
         True when σ², K², ℓ are stochastic estimates (real data): the flag is
         then undetermined when the two sides are within two standard errors.
+        A temporal estimate below 0 counts as 0 (V is a sum of K² ≥ 0); without
+        the transient P (D unknown) only "does not help" can be concluded.
 
     Examples
     --------
@@ -111,9 +113,11 @@ class RegimeTerms:
     >>> ts = np.arange(1, 101)
     >>> _ = r.update(ts, sigma2=np.full(100, 4.0), K2=np.full(100, 1e-4), curvature=np.ones(100),
     ...          sigma2_clients=np.full(100, 4.0), zeta2=np.zeros(100), L=1.0)
-    >>> s = r.summary(100)
-    >>> round(s["noise_term"], 4), round(s["temporal_term"], 4), s["parallelisation_helps"]
-    (2.6316, 0.0263, True)
+    >>> s = r.summary(100, D=0.5)
+    >>> round(s["noise_term"], 4), round(s["temporal_term"], 4), round(s["transient_term"], 4), s["parallelisation_helps"]
+    (2.6316, 0.0263, 0.6579, True)
+    >>> print(r.summary(100)["parallelisation_helps"])     # P unknown: N ≥ V + P cannot be concluded
+    None
     >>> round(r.summary(100, D=2.0)["transient_term"], 4)      # D²/(2η(2 − ηℓ))
     10.5263
     """
@@ -217,7 +221,8 @@ class RegimeTerms:
             out["reason"] = ("the gradient noise σ² cannot be estimated (a mini-batch of b ≥ 2 samples is needed)"
                              if not np.isfinite(N) else "the temporal variation K² is not available yet")
             return out
-        rest = V + (P if np.isfinite(P) else 0.0)
+        # V is a sum of K² ≥ 0; an unbiased estimate below 0 says V is indistinguishable from 0.
+        rest = max(V, 0.0) + (P if np.isfinite(P) else 0.0)
         if not np.isfinite(P):
             out["reason"] = "the transient is left out (the initial distance D is unknown: set learner.radius)"
         out["ratio"] = N / rest if rest > 0 else math.inf
@@ -227,6 +232,11 @@ class RegimeTerms:
             if not (np.isfinite(Nse) and np.isfinite(Vse)) or abs(N - rest) < 2 * se:
                 out["reason"] = "the two sides are within two standard errors of each other"
                 return out
+        if N >= rest and not np.isfinite(P):
+            # P ≥ 0 is unknown, so N ≥ V + P cannot be concluded (N < V still concludes "does not help")
+            out["reason"] = ("the noise side exceeds the temporal side, but the transient P is unknown (set "
+                             "learner.radius), so N ≥ V + P cannot be concluded")
+            return out
         out["parallelisation_helps"] = bool(N >= rest)
         return out
 
