@@ -183,6 +183,8 @@ def test_user_mistakes_are_one_line_and_write_nothing(tmp_path, config, message)
     assert proc.returncode == 2, proc.stdout
     assert proc.stderr.strip() == message
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["exp.yaml", "taken", "work"]
+    if "output.dir" in message:        # refused before the run header and progress bar, not on the bar's line
+        assert proc.stdout == ""
 
 
 def test_a_saved_config_runs_again_to_the_same_numbers(tmp_path):
