@@ -111,7 +111,11 @@ def _resolve(out: Optional[Path], config: Optional[Path], steps: Optional[int], 
     from .config import ConfigError, config_data, default_config, load_config, parse_config
     _check_out(out)
     cfg = load_config(config) if config else default_config()
-    _check_dir_target(out, cfg)
+    from .runtime.folders import check_folder      # before the run header: a file where the run folder goes
+    if out is not None:
+        check_folder(out, "--out")
+    else:
+        check_folder(Path(cfg.output.dir), "output.dir")
     update = {k: v for k, v in (("steps", steps), ("seed", seed)) if v is not None}
     if not update:
         return cfg
@@ -138,14 +142,6 @@ def _check_out(out: Optional[Path]) -> None:
         raise FileExistsError(f"--out {out} is an existing file; give a folder for the run")
     if out.is_dir() and any(out.iterdir()):
         raise FileExistsError(f"--out {out} already holds files; choose a new folder or remove it")
-
-
-def _check_dir_target(out: Optional[Path], cfg) -> None:
-    """Refuse, before the run header is printed, a run folder whose place is taken by a file."""
-    target, what = (out, "--out") if out is not None else (Path(cfg.output.dir), "output.dir")
-    for p in [target, *target.parents]:
-        if p.exists() and not p.is_dir():
-            raise FileExistsError(f"{what}: {p} is an existing file, not a folder; point {what} at a folder")
 
 
 def _print_summary(summary: dict, finished: bool = True):

@@ -21,6 +21,7 @@ from ..models import StackedLinear, StepSize
 from ..aggregation import FedAvg
 from ..regret import RegretTracker
 from .engine import MAIN, run_stream
+from .folders import check_folder, make_dir
 from .header import describe_inputs
 from .learners import Centralized, Federated, RiverClients, bottleneck_note
 from .sink import MetricsSink
@@ -77,30 +78,6 @@ def build_learners(cfg: ExperimentConfig, stream) -> dict:
                                  f"models have no projection onto the ball; drop river from baselines or the radius")
             learners[name] = RiverClients(M, d, task, eta, K)
     return learners
-
-
-def check_folder(path: Path, what: str) -> None:
-    """Raise FileExistsError (one line naming ``what`` and the path as given) if ``path`` or a parent is a file."""
-    for p in [path, *path.parents]:
-        if p.exists() and not p.is_dir():
-            raise FileExistsError(f"{what}: {p} is an existing file, not a folder; point {what} at a folder")
-
-
-def make_dir(path: Path, what: str) -> None:
-    """Create folder ``path`` (and its parents), or raise FileExistsError with one line naming ``what``.
-
-    Raises
-    ------
-    FileExistsError
-        ``path`` or one of its parents is an existing file, or the folder
-        cannot be created (permissions); the message names ``what`` (e.g.
-        ``output.dir``) and the path.
-    """
-    check_folder(path, what)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise FileExistsError(f"{what}: cannot create the folder {path}: {e.strerror or e}") from None
 
 
 def tracker_learner(cfg: ExperimentConfig) -> dict:
