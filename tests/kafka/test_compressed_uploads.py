@@ -129,3 +129,75 @@ def test_malformed_compressed_updates_are_dead_lettered_and_the_run_still_equals
         headers = [h for m, h in read_topic(BOOTSTRAP, run.topics.global_) if isinstance(m, Global)]
         assert len(headers) == T // TAU and all(int(h["bytes_up"]) == M * len(good) for h in headers)
         run.keep_topics = False
+
+
+def test_roles_started_by_hand_compress_as_the_embedded_run(tmp_path):
+    """`streamfl aggregate | worker | produce | track` from a temporary folder with a compressed config: the
+    aggregator reads learner.compression from --config, and the run folder equals the embedded one."""
+    import subprocess
+    import sys
+    import uuid
+    from pathlib import Path
+
+    from streamfl.config import load_config
+    from streamfl.transport.state import delete_state_topic
+    from streamfl.transport.topics import Topics, delete_topics
+
+    (tmp_path / "run.yaml").write_text(
+        f"seed: 4\nsteps: {T}\nsource: {{kind: synthetic, task: logistic, clients: {M}, dim: {D}}}\n"
+        f"learner: {{tau: {TAU}, compression: {{kind: topk, bits: 8}}}}\nbaselines: []\n"
+        "output: {format: parquet, plots: false}\n")
+    want = run_experiment(load_config(tmp_path / "run.yaml"), tmp_path / "embedded", plots=False)
+    run_id = f"roles-compressed-{uuid.uuid4().hex[:8]}"
+    common = ["--broker", BOOTSTRAP, "--run-id", run_id, "--config", "run.yaml"]
+    root = str(Path(__file__).resolve().parents[2])
+
+    def role(*argv, **kw):
+        return subprocess.Popen([sys.executable, "-m", "streamfl.cli", *argv, *common], cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": root}, text=True, **kw)
+    procs = []
+    try:
+        procs = [role(r, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for r in ("aggregate", "worker", "produce")]
+        tracker = role("track", "--out", "kafka", "--timeout", "60", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        procs.append(tracker)
+        out, errs = tracker.communicate(timeout=180)
+        assert tracker.returncode == 0, errs
+        for p in procs[:-1]:
+            assert p.wait(60) == 0, p.stderr.read()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        delete_topics(BOOTSTRAP, Topics(run_id))
+        delete_state_topic(BOOTSTRAP, run_id)
+    import json
+    got = json.loads((tmp_path / "kafka" / "summary.json").read_text())
+    _assert_identical(tmp_path / "kafka", tmp_path / "embedded", got, want)
+    assert got["bytes_up"] == want["bytes_up"] > 0
+
+
+def test_a_killed_worker_and_a_restarted_aggregator_keep_the_compressed_run_exact(tmp_path):
+    """A worker SIGKILLed in round 4 (its clients restored by the other from their round-3 checkpoint,
+    replaying the same payloads), the aggregator killed and restarted twice (it takes x̄ back from the
+    global topic): the run still equals embedded bit for bit, bytes included."""
+    cfg = _cfg("lattice", 3, "kafka-compressed-faults")
+    want = run_experiment(cfg, tmp_path / "embedded", plots=False)
+    hold = 17
+    with KafkaRun(cfg, BOOTSTRAP, workers=2, run_dir=tmp_path / "kafka", timeout=30, keep_topics=True,
+                  hold_at=hold) as run:
+        run.start()
+        run.wait_reported(hold)
+        run.kill_worker(1)
+        run.kill_aggregator()
+        run.release(4 * TAU)                   # round 4's payloads reach the updates topic with no aggregator
+        run.wait_reported(4 * TAU)
+        run.start_aggregator()                 # completes round 4 from the topic, x̄ = GLOBAL(3)
+        run.release(7 * TAU + 2)
+        run.wait_reported(7 * TAU + 2)
+        run.restart_aggregator()               # and again while idle: x̄ = GLOBAL(7)
+        run.release()
+        got = run.track()
+        _assert_identical(run.run_dir, tmp_path / "embedded", got, want)
+        rounds = [m.round for m, _ in read_topic(BOOTSTRAP, run.topics.global_) if isinstance(m, Global)]
+        assert sorted(rounds) == list(range(1, T // TAU + 1))
+        run.keep_topics = False
