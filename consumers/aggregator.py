@@ -132,9 +132,13 @@ class RoundAggregator:
         The run seed (the dither keys' first component).
     last_global : ndarray (d, K) or None
         x̄: the last published global model with participants (a restarted
-        aggregator's), or zeros of the model's shape at the start. Needed
-        with a compressor (None: zeros of the first payload's shape, and a
-        round without participants cannot be published before one has come).
+        aggregator's), or zeros of the model's shape at the start. Required
+        with a compressor (it also gives the model's shape).
+
+    Raises
+    ------
+    ValueError
+        A compressor without ``last_global``.
 
     Examples
     --------
@@ -154,6 +158,9 @@ class RoundAggregator:
         self.M = int(n_clients)
         self.compressor, self.seed = compressor, int(seed)
         self.last_global = None if last_global is None else np.asarray(last_global, dtype=np.float64)
+        if compressor is not None and self.last_global is None:
+            raise ValueError("a RoundAggregator with a compressor needs last_global (x̄, zeros of the model's "
+                             "shape at the start)")
         self.last_bytes = (0, 0)             # (bytes up, bytes down) of the last published round (compressed runs)
         self.rounds: dict[int, list[tuple[frozenset, np.ndarray, int, int]]] = {}   # r → [(ids, sum, n, worker)]
         self.published = int(published)      # highest round published
@@ -189,7 +196,7 @@ class RoundAggregator:
             other = parts[0][1].model_shape if compressed else parts[0][1].shape
             if other is not None and shape != other:
                 raise Rejected("shape_mismatch", f"round {r}: model {shape}, others {other}")
-        if compressed and shape is not None and self.last_global is not None and shape != self.last_global.shape:
+        if compressed and shape is not None and shape != self.last_global.shape:
             raise Rejected("shape_mismatch", f"round {r}: model {shape}, the global model's {self.last_global.shape}")
         n = int(upd.n_participants)
         for old_ids, old_value, old_n, old_worker in parts:
@@ -262,12 +269,11 @@ class RoundAggregator:
         """GLOBAL(r): FedAvg of x̄ + Ĉ over the clients that took part, on the (M, d, K) uploads as embedded."""
         from streamfl.aggregation import FedAvg
         from streamfl.compression import NoCompression
-        shape = next((u.model_shape for u in uploads if u.model_shape is not None), None)
-        if shape is None:                     # nobody took part: the clients keep their models
+        xbar = self.last_global
+        shape = xbar.shape
+        if not any(u.ids for u in uploads):   # nobody took part: the clients keep their models
             self.last_bytes = (0, 0)
-            zeros = np.zeros(self.last_global.shape if self.last_global is not None else (1, 1))
-            return Global(round=r, model=zeros, n_participants=0)
-        xbar = self.last_global if self.last_global is not None else np.zeros(shape)
+            return Global(round=r, model=np.zeros(shape), n_participants=0)
         uploaded = np.empty((self.M,) + shape)
         uploaded[:] = xbar                    # rows of clients without part have weight 0
         took_part = np.zeros(self.M)
@@ -438,7 +444,7 @@ def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, t
 
     ``compressor``, ``seed`` and ``model_shape`` (d, K) are the run's upload
     compressor, seed and model shape when it sets ``learner.compression``
-    (see "Compressed uploads" in the module doc).
+    (see "Compressed uploads" in the module doc; ``model_shape`` is then required).
     Resumes after the last published round (see "Restart" in the module doc).
     Returns the number of rounds published in total (by this and earlier
     incarnations). Stops early (returning) when ``should_stop()`` is true, and
