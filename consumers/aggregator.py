@@ -17,6 +17,28 @@ published with n = 0 and the clients keep their models. Sums are added in
 order of each update's smallest client id; the result equals the embedded
 one up to the last bits (the summation order changes).
 
+Compressed uploads
+------------------
+With ``learner.compression`` (the aggregator is started with the run's
+``--config``) the workers send :class:`~streamfl.transport.format.CompressedUpdate`
+records instead: one compressor payload per client that took part, the
+encoding of C(x_{rτ,m} − x̄) with dither key (seed, m + 1, r − 1), x̄ the
+last published global model with participants (zeros before the first). The
+aggregator decodes each payload and publishes FedAvg of x̄ + Ĉ(·) over the
+clients that took part, computed by :class:`streamfl.aggregation.FedAvg` on
+the (M, d, K) array of uploads exactly as the embedded server does
+(:class:`streamfl.runtime.learners.Federated`), so the numbers equal the
+embedded run's bit for bit. Each such GLOBAL carries the headers
+``bytes_up`` (the lengths of the payloads averaged in the round) and
+``bytes_down`` (M float64 payloads of the global model when it has
+participants, 0 otherwise — the embedded count), which the tracker sums
+into the ``bytes_up`` / ``bytes_down`` columns. A payload that does not
+decode (truncated, another compressor or b, another shape) is rejected
+(``bad_payload``), one that decodes to NaN or inf (``non_finite``); an
+UPDATE of the other kind than the run's (``compression_mismatch``). Payloads
+are decoded as soon as a record arrives, so such a record goes to the
+dead-letter topic at once, whoever sent it.
+
 Which updates count
 -------------------
 An UPDATE of round r is averaged only once it is proven to come from the
@@ -75,7 +97,7 @@ import time
 import numpy as np
 
 from streamfl.transport.fencing import parse_proof, update_digest
-from streamfl.transport.format import FormatError, Global, Update, decode, encode
+from streamfl.transport.format import CompressedUpdate, FormatError, Global, Update, decode, encode
 from streamfl.transport.spec import code_origin
 from streamfl.transport.security import client_config
 from streamfl.transport.state import RestoreStalled, read_to_end
@@ -103,6 +125,20 @@ class RoundAggregator:
         M; round r is complete when some of its updates cover clients 0 … M−1 exactly once.
     published : int
         Highest round already published (a restarted aggregator's start).
+    compressor : Compressor or None
+        The run's upload compressor (``learner.compression``); then only
+        :class:`CompressedUpdate` records are accepted (see "Compressed uploads").
+    seed : int
+        The run seed (the dither keys' first component).
+    last_global : ndarray (d, K) or None
+        x̄: the last published global model with participants (a restarted
+        aggregator's), or zeros of the model's shape at the start. Required
+        with a compressor (it also gives the model's shape).
+
+    Raises
+    ------
+    ValueError
+        A compressor without ``last_global``.
 
     Examples
     --------
@@ -117,20 +153,28 @@ class RoundAggregator:
     1
     """
 
-    def __init__(self, n_clients: int, published: int = 0):
+    def __init__(self, n_clients: int, published: int = 0, compressor=None, seed: int = 0,
+                 last_global: np.ndarray | None = None):
         self.M = int(n_clients)
+        self.compressor, self.seed = compressor, int(seed)
+        self.last_global = None if last_global is None else np.asarray(last_global, dtype=np.float64)
+        if compressor is not None and self.last_global is None:
+            raise ValueError("a RoundAggregator with a compressor needs last_global (x̄, zeros of the model's "
+                             "shape at the start)")
+        self.last_bytes = (0, 0)             # (bytes up, bytes down) of the last published round (compressed runs)
         self.rounds: dict[int, list[tuple[frozenset, np.ndarray, int, int]]] = {}   # r → [(ids, sum, n, worker)]
         self.published = int(published)      # highest round published
         self.duplicates = 0                  # updates ignored as copies, re-sent or late
         self.unused: list[tuple[int, list]] = []   # (worker, clients) of the last published round left out
 
-    def add(self, upd: Update) -> Global | None:
+    def add(self, upd: Update | CompressedUpdate) -> Global | None:
         """Count one update; return the round's GLOBAL once complete, else None.
 
         Raises
         ------
         Rejected
-            ``unknown_client``, ``shape_mismatch`` or ``conflicting_duplicate``;
+            ``unknown_client``, ``shape_mismatch``, ``conflicting_duplicate``,
+            ``compression_mismatch``, ``bad_payload`` or ``non_finite``;
             nothing of the update is counted then.
         """
         r, ids = upd.round, frozenset(upd.clients.tolist())
@@ -140,13 +184,25 @@ class RoundAggregator:
             return None
         if not ids or max(ids) >= self.M or min(ids) < 0:
             raise Rejected("unknown_client", f"round {r}: client ids {sorted(ids)}, M = {self.M}")
+        compressed = isinstance(upd, CompressedUpdate)
+        if compressed != (self.compressor is not None):
+            raise Rejected("compression_mismatch", f"round {r}: worker {upd.worker} sent "
+                           + ("compressed uploads, but this run sets no learner.compression" if compressed else
+                              f"an uncompressed update, but this run compresses uploads ({self.compressor!r})"))
         parts = self.rounds.get(r, [])
-        if parts and upd.model_sum.shape != parts[0][1].shape:
-            raise Rejected("shape_mismatch", f"round {r}: model {upd.model_sum.shape}, others {parts[0][1].shape}")
+        value = self.decode_uploads(upd) if compressed else upd.model_sum
+        shape = value.model_shape if compressed else value.shape
+        if parts and shape is not None and parts[0][1] is not None:
+            other = parts[0][1].model_shape if compressed else parts[0][1].shape
+            if other is not None and shape != other:
+                raise Rejected("shape_mismatch", f"round {r}: model {shape}, others {other}")
+        if compressed and shape is not None and shape != self.last_global.shape:
+            raise Rejected("shape_mismatch", f"round {r}: model {shape}, the global model's {self.last_global.shape}")
         n = int(upd.n_participants)
-        for old_ids, old_sum, old_n, old_worker in parts:
+        for old_ids, old_value, old_n, old_worker in parts:
             if old_ids == ids:
-                if old_n == n and np.array_equal(old_sum, upd.model_sum):
+                same = old_value == value if compressed else np.array_equal(old_value, value)
+                if old_n == n and same:
                     self.duplicates += 1
                     log.info("round %d: worker %d's update of clients %s repeats one counted (same values): "
                              "counted once", r, upd.worker, sorted(ids))
@@ -154,7 +210,7 @@ class RoundAggregator:
                 raise Rejected("conflicting_duplicate", f"round {r}: worker {upd.worker}'s update of clients "
                                                         f"{sorted(ids)} differs from worker {old_worker}'s, counted "
                                                         f"first")
-        parts.append((ids, upd.model_sum, n, int(upd.worker)))
+        parts.append((ids, value, n, int(upd.worker)))
         self.rounds[r] = parts
         chosen = exact_cover([p[0] for p in parts], self.M)
         if chosen is None:
@@ -166,12 +222,87 @@ class RoundAggregator:
             self.duplicates += len(self.unused)
             log.info("round %d: contributions re-sent after a rebalance left out: %s", r, self.unused)
         use = sorted((parts[i] for i in chosen), key=lambda p: min(p[0]))
+        if compressed:
+            return self._average(r, [p[1] for p in use])
         total = np.zeros_like(use[0][1])
         n = 0
         for _, model_sum, k, _ in use:
             total += model_sum
             n += k
         return Global(round=r, model=total / n if n else total, n_participants=n)
+
+    # ---- compressed uploads (see "Compressed uploads" in the module doc) --------------------------------
+    def decode_uploads(self, upd: CompressedUpdate) -> "_Uploads":
+        """The participants' decoded payloads Ĉ of one record.
+
+        Raises
+        ------
+        Rejected
+            ``compression_mismatch`` (the run sets no compressor), ``bad_payload`` (a payload does not
+            decode with the run's compressor, or not to a (d, K) model) or ``non_finite`` (NaN/inf).
+        """
+        if self.compressor is None:
+            raise Rejected("compression_mismatch", f"round {upd.round}: worker {upd.worker} sent compressed "
+                                                   f"uploads, but this run sets no learner.compression")
+        from streamfl.compression import dither_key
+        sent = upd.split()
+        c = self.compressor
+        rows = None
+        if sent:
+            ids = [m for m, _ in sent]
+            keys = [dither_key(self.seed, m + 1, upd.round - 1) for m in ids] if c.dithered else None
+            try:
+                rows = c.decode_batch([p for _, p in sent], keys)
+            except ValueError as e:
+                raise Rejected("bad_payload", f"round {upd.round}: worker {upd.worker}'s payloads do not decode "
+                                              f"with {c!r}: {e}") from None
+            if rows.ndim != 3:
+                raise Rejected("bad_payload", f"round {upd.round}: worker {upd.worker}'s payloads decode to shape "
+                                              f"{rows.shape[1:]}; a model is (d, K)")
+            if not np.isfinite(rows).all():
+                bad = int(rows.size - np.isfinite(rows).sum())
+                raise Rejected("non_finite", f"round {upd.round}: worker {upd.worker}'s payloads decode to {bad} "
+                                             f"NaN/inf value(s)")
+        return _Uploads([m for m, _ in sent], rows, [p for _, p in sent])
+
+    def _average(self, r: int, uploads: list) -> Global:
+        """GLOBAL(r): FedAvg of x̄ + Ĉ over the clients that took part, on the (M, d, K) uploads as embedded."""
+        from streamfl.aggregation import FedAvg
+        from streamfl.compression import NoCompression
+        xbar = self.last_global
+        shape = xbar.shape
+        if not any(u.ids for u in uploads):   # nobody took part: the clients keep their models
+            self.last_bytes = (0, 0)
+            return Global(round=r, model=np.zeros(shape), n_participants=0)
+        uploaded = np.empty((self.M,) + shape)
+        uploaded[:] = xbar                    # rows of clients without part have weight 0
+        took_part = np.zeros(self.M)
+        for u in uploads:
+            if u.ids:
+                uploaded[u.ids] = xbar + u.rows
+                took_part[u.ids] = 1.0
+        model = FedAvg("uniform").aggregate(uploaded, took_part)
+        self.last_global = np.array(model, copy=True)
+        self.last_bytes = (sum(u.nbytes for u in uploads),
+                           self.M * len(NoCompression("float64").encode(np.zeros(shape))))
+        return Global(round=r, model=model, n_participants=int(took_part.sum()))
+
+
+class _Uploads:
+    """The decoded compressed uploads of one record: participant ids, Ĉ rows (p, d, K) or None, payloads."""
+
+    def __init__(self, ids: list, rows, payloads: list):
+        self.ids, self.rows, self.payloads = ids, rows, payloads
+        self.nbytes = sum(len(p) for p in payloads)
+
+    @property
+    def model_shape(self):
+        return None if self.rows is None else self.rows.shape[1:]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Uploads) and self.ids == other.ids and self.payloads == other.payloads
+
+    __hash__ = None
 
 
 def exact_cover(sets: list, n: int) -> list[int] | None:
@@ -206,7 +337,7 @@ def handle(agg: RoundAggregator, raw: bytes) -> tuple[Global | None, str | None]
     """Decode and add one (proven) record: (GLOBAL or None, rejection reason or None). Logs rejections."""
     try:
         msg = decode(raw)
-        if not isinstance(msg, Update):
+        if not isinstance(msg, (Update, CompressedUpdate)):
             raise Rejected("not_an_update", f"got a {type(msg).__name__} record on the updates topic")
         return agg.add(msg), None
     except (FormatError, Rejected) as e:
@@ -263,13 +394,16 @@ class OwnershipCheck:
 
 
 UPDATES_OFFSET = "updates_offset"      # GLOBAL record header: where the next round's updates start
+BYTES_UP, BYTES_DOWN = "bytes_up", "bytes_down"   # GLOBAL record headers of compressed runs: the round's bytes
 
 
-def published_rounds(bootstrap: str, run_id: str, timeout: float = 30.0) -> tuple[int, int]:
+def published_rounds(bootstrap: str, run_id: str, timeout: float = 30.0, models: list | None = None) -> tuple[int, int]:
     """(last published round R, updates-topic offset to resume from) read from the global topic.
 
     (0, 0) when nothing was published yet. A GLOBAL without the
-    ``updates_offset`` header (older writers) resumes from offset 0.
+    ``updates_offset`` header (older writers) resumes from offset 0. If
+    ``models`` is a list, the model of the last GLOBAL with participants is
+    appended to it (x̄ of a compressed run; nothing when there is none).
 
     Raises
     ------
@@ -278,6 +412,7 @@ def published_rounds(bootstrap: str, run_id: str, timeout: float = 30.0) -> tupl
     """
     topics = Topics(run_id)
     found = [0, 0]                                   # last published round, updates offset to resume from
+    last_model: list = []
 
     def on_record(rec):
         try:
@@ -287,6 +422,8 @@ def published_rounds(bootstrap: str, run_id: str, timeout: float = 30.0) -> tupl
         if isinstance(msg, Global) and msg.round > found[0]:
             hdr = dict(rec.headers or ()).get(UPDATES_OFFSET)
             found[:] = [msg.round, int(hdr.decode()) if hdr else 0]
+            if msg.n_participants:
+                last_model[:] = [msg.model]
 
     reader = make_reader(bootstrap, f"streamfl-{run_id}-aggregator-restore", topics.global_)
     try:
@@ -295,20 +432,27 @@ def published_rounds(bootstrap: str, run_id: str, timeout: float = 30.0) -> tupl
         raise RuntimeError(str(e)) from None
     finally:
         reader.close()
+    if models is not None:
+        models.extend(last_model)
     return found[0], found[1]
 
 
 def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, timeout: float = 300.0,
-                   should_stop=lambda: False) -> int:
+                   should_stop=lambda: False, compressor=None, seed: int = 0,
+                   model_shape: tuple | None = None) -> int:
     """Consume UPDATEs and publish GLOBALs until ``n_rounds`` rounds are published.
 
+    ``compressor``, ``seed`` and ``model_shape`` (d, K) are the run's upload
+    compressor, seed and model shape when it sets ``learner.compression``
+    (see "Compressed uploads" in the module doc; ``model_shape`` is then required).
     Resumes after the last published round (see "Restart" in the module doc).
     Returns the number of rounds published in total (by this and earlier
     incarnations). Stops early (returning) when ``should_stop()`` is true, and
     raises RuntimeError after ``timeout`` s without any record.
     """
     topics = Topics(run_id)
-    done, start = published_rounds(bootstrap, run_id)
+    models: list = []
+    done, start = published_rounds(bootstrap, run_id, models=models)
     if done:
         log.info("resuming after round %d (updates from offset %d)", done, start)
     producer = make_producer(bootstrap, f"streamfl-{run_id}-aggregator")
@@ -320,7 +464,8 @@ def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, t
     if start:
         from kafka import TopicPartition
         reader.seek(TopicPartition(topics.updates, 0), start)
-    agg = RoundAggregator(n_clients, published=done)
+    last_global = models[-1] if models else (np.zeros(model_shape) if model_shape is not None else None)
+    agg = RoundAggregator(n_clients, published=done, compressor=compressor, seed=seed, last_global=last_global)
     held: dict[int, list] = {}           # round → [(record, Update)] not proven yet, in arrival order
     last = time.monotonic()
 
@@ -335,8 +480,10 @@ def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, t
                     last = time.monotonic()
                     try:
                         msg = decode(rec.value)
-                        if not isinstance(msg, Update):
+                        if not isinstance(msg, (Update, CompressedUpdate)):
                             raise Rejected("not_an_update", f"got a {type(msg).__name__} record on the updates topic")
+                        if isinstance(msg, CompressedUpdate):     # payloads that cannot count, whoever sent them
+                            agg.decode_uploads(msg)
                     except (FormatError, Rejected) as e:
                         log.error("rejected UPDATE at offset %d: %s", rec.offset, e)
                         reject(rec, e.reason, str(e))
@@ -363,8 +510,12 @@ def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, t
                         reject(rec, e.reason, str(e))
                         continue
                     if out is not None:
+                        headers = [(UPDATES_OFFSET, str(rec.offset + 1).encode())]
+                        if compressor is not None:
+                            headers += [(BYTES_UP, str(agg.last_bytes[0]).encode()),
+                                        (BYTES_DOWN, str(agg.last_bytes[1]).encode())]
                         producer.send(topics.global_, value=encode(out), key=key_of(out.round), partition=0,
-                                      headers=[(UPDATES_OFFSET, str(rec.offset + 1).encode())])
+                                      headers=headers)
                         producer.flush(timeout=max(30.0, timeout))
                         done = max(done, out.round)
                         log.info("published GLOBAL of round %d", out.round)
@@ -398,6 +549,8 @@ def main(argv=None) -> int:
     ap.add_argument("--clients", type=int, required=True, help="M")
     ap.add_argument("--rounds", type=int, required=True, help="⌊T/τ⌋")
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--config", default=None,
+                    help="the run folder's config.yaml; needed when it sets learner.compression")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s aggregator %(levelname)s %(message)s", stream=sys.stderr)
     log.info("code: %s", code_origin(__file__))
@@ -409,7 +562,18 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        n = run_aggregator(args.bootstrap, args.run_id, args.clients, args.rounds, args.timeout, lambda: bool(stop))
+        compressor, seed, shape = None, 0, None
+        if args.config:
+            from streamfl.generators.build import build_stream
+            from streamfl.transport.spec import read_config, upload_compressor
+            cfg = read_config(args.config)
+            compressor, seed = upload_compressor(cfg), cfg.seed
+            if compressor is not None:
+                stream = build_stream(cfg)
+                shape = (stream.n_features, stream.n_classes if stream.task == "softmax" else 1)
+                log.info("uploads compressed by %r (seed %d, model %s)", compressor, seed, shape)
+        n = run_aggregator(args.bootstrap, args.run_id, args.clients, args.rounds, args.timeout, lambda: bool(stop),
+                           compressor, seed, shape)
         log.info("published %d GLOBAL model(s)", n)
         return 0
     except Exception as e:

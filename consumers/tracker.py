@@ -65,7 +65,7 @@ from streamfl.regret import RegretTracker
 from streamfl.runtime.experiment import MAIN, _jsonable, tracker_learner
 from streamfl.runtime.header import describe_inputs
 from streamfl.runtime.sink import MetricsSink
-from streamfl.transport.format import FormatError, Loss, decode
+from streamfl.transport.format import FormatError, Global, Loss, decode
 from streamfl.transport.spec import ConfigMismatch, check_fingerprint, config_fingerprint
 from streamfl.transport.state import read_to_end
 from streamfl.transport.topics import BrokerUnavailable, Topics, check_broker, make_reader
@@ -313,6 +313,7 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
     dead = _DeadCounter(bootstrap, run_id, topics)
     rejects = _Rejects(bootstrap, run_id, topics)
     watch = _Watch(reader, topics, metrics, tau, M, dead)
+    comm = _RoundBytes(bootstrap, run_id, topics) if cfg.learner.compression is not None and tau else None
     try:
         last = time.monotonic()
         ready = 1                      # the first step not yet known to be complete
@@ -349,6 +350,8 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
                 if time.monotonic() - last > timeout:
                     raise TrackerError(f"no LOSS record for {timeout:.0f} s; step {ready} still lacks clients "
                                        f"{assembler.missing(ready)}")
+            if comm is not None:
+                tracker.count_bytes(*comm.cumulative(chunk.t0, n, tau, check, timeout))
             losses, played = assembler.take(chunk.t0, n)
             tracker.update(chunk, {MAIN: losses}, played)
             watch.on_chunk(tracker, time.perf_counter() - started)
@@ -361,6 +364,8 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
         rejects.close()
         dead.close()
         sink.close()
+        if comm is not None:
+            comm.close()
     elapsed = time.perf_counter() - started
     summary = tracker.finalize()
     summary.update({
@@ -383,6 +388,58 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
         metrics.set(metrics.sps, summary["samples_per_second"])
         metrics.set(metrics.finished, 1)
     return summary
+
+
+class _RoundBytes:
+    """Bytes up and down of each round of a compressed run, from the GLOBAL records' headers.
+
+    The aggregator writes on each GLOBAL(r) the headers ``bytes_up`` (lengths
+    of the compressed payloads it averaged) and ``bytes_down`` (M float64
+    payloads of the model, 0 when nobody took part): the embedded engine's
+    count (:class:`streamfl.runtime.learners.Federated`), made from the
+    payloads that travelled.
+    """
+
+    def __init__(self, bootstrap: str, run_id: str, topics: Topics):
+        from consumers.aggregator import BYTES_DOWN, BYTES_UP
+        self.keys = (BYTES_UP, BYTES_DOWN)
+        self.topics = topics
+        self.reader = make_reader(bootstrap, f"streamfl-{run_id}-tracker-global", topics.global_)
+        self.rounds: dict[int, tuple[int, int]] = {}
+
+    def cumulative(self, t0: int, n: int, tau: int, check, timeout: float) -> tuple[np.ndarray, np.ndarray]:
+        """Cumulative bytes up and down after each step t0+1 … t0+n, (n,) int64 each (round r counts at step rτ).
+
+        Waits for the GLOBAL records of the rounds that end in these steps.
+        """
+        need = (t0 + n) // tau
+        last = time.monotonic()
+        while any(r not in self.rounds for r in range(1, need + 1)):
+            got = False
+            for records in self.reader.poll(timeout_ms=100).values():
+                for rec in records:
+                    try:
+                        msg = decode(rec.value)
+                    except FormatError:
+                        continue
+                    h = dict(rec.headers or ())
+                    if isinstance(msg, Global) and all(k in h for k in self.keys):
+                        self.rounds.setdefault(msg.round, tuple(int(h[k].decode()) for k in self.keys))
+                        got = True
+            if got:
+                last = time.monotonic()
+            if check is not None:
+                check()
+            if time.monotonic() - last > timeout:
+                missing = [r for r in range(1, need + 1) if r not in self.rounds]
+                raise TrackerError(f"no GLOBAL record with byte counts for rounds {missing[:5]} for {timeout:.0f} s")
+        per_round = np.array([(0, 0)] + [self.rounds[r] for r in range(1, need + 1)], dtype=np.int64)
+        cum = np.cumsum(per_round, axis=0)
+        rounds = np.arange(t0 + 1, t0 + n + 1) // tau
+        return cum[rounds, 0], cum[rounds, 1]
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 class _Rejects:

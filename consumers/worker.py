@@ -25,7 +25,12 @@ the embedded engine's arithmetic, row by row). For each step s the worker
    reached rτ, the worker sends ONE :class:`~streamfl.transport.format.Update`
    for round r: the sum of its clients' models (those that saw a sample in
    the round), naming the clients it covers (FedSEA, paper 002, Algorithm 1:
-   the server needs only Σ_m x_{rτ,m}).
+   the server needs only Σ_m x_{rτ,m}). With ``learner.compression`` it sends
+   instead ONE :class:`~streamfl.transport.format.CompressedUpdate`: each
+   participating client's payload C(x_{rτ,m} − x̄), x̄ the last global model
+   loaded (zeros before the first), dither key (seed, m + 1, r − 1) — the
+   embedded engine's upload (:class:`streamfl.runtime.learners.Federated`),
+   byte for byte, so the aggregator decodes what the embedded server decodes.
 
 A client never passes step rτ before it has round r's global model.
 
@@ -155,9 +160,10 @@ import numpy as np
 from consumers.aggregator import UPDATES_OFFSET
 from streamfl.models import StackedLinear
 from streamfl.runtime.engine import MAIN, divergence_message
-from streamfl.transport.format import ClientState, Data, FormatError, Global, Loss, Update, decode, encode
+from streamfl.transport.format import (ClientState, CompressedUpdate, Data, FormatError, Global, Loss, Update,
+                                       decode, encode)
 from streamfl.transport.spec import (CONFIG_HEADER, ConfigMismatch, LearnerSpec, check_fingerprint, code_origin,
-                                     config_fingerprint)
+                                     config_fingerprint, upload_compressor)
 from streamfl.transport.fencing import format_proof, parse_proof, update_digest
 from streamfl.transport.security import client_config
 from streamfl.transport.state import (RestoreStalled, StateStore, create_state_topic, read_to_end, resilient_reader,
@@ -277,6 +283,9 @@ class Worker:
         # config fingerprints (streamfl.transport.spec): DATA records are checked, LOSS records carry one
         self.data_fingerprint = None if config is None else config_fingerprint(config)
         self.loss_headers = None if config is None else [(CONFIG_HEADER, config_fingerprint(config, learner=True))]
+        # learner.compression: per-client compressed uploads (CompressedUpdate) instead of one pre-summed Update
+        self.compressor = None if config is None else upload_compressor(config)
+        self.seed = 0 if config is None else int(config.seed)
 
     # ---- per-client arrays ---------------------------------------------------------------------------
     def _set_rows(self, clients, values: dict) -> None:
@@ -609,7 +618,7 @@ class Worker:
         out: dict[int, int] = {}
 
         def on_msg(msg):
-            if isinstance(msg, Update):
+            if isinstance(msg, (Update, CompressedUpdate)):
                 for c in msg.clients.tolist():
                     if c in clients and msg.round > out.get(c, 0):
                         out[c] = msg.round
@@ -832,22 +841,14 @@ class Worker:
         rows = np.flatnonzero((self.wait == r) & (self.sent < r))
         if not len(rows):
             return
-        took_part = rows[self.seen[rows] > 0]
-        total = self.W[took_part].sum(axis=0) if len(took_part) else np.zeros(self.shape)
-        if not np.isfinite(total).all():        # the aggregator would reject it and the round never end
-            raise WorkerError(f"worker {self.id}: {divergence_message(MAIN, r * self.tau + 1)}")
-        value = encode(Update(round=r, worker=self.id, clients=self.clients[rows], model_sum=total,
-                              n_participants=len(took_part)))
+        value = self._update_record(r, rows)
         with self._txn_lock:
             keep = self._still_owned(rows)
             rows = rows[keep]
             if not len(rows):
                 return
             if not keep.all():
-                took_part = rows[self.seen[rows] > 0]
-                total = self.W[took_part].sum(axis=0) if len(took_part) else np.zeros(self.shape)
-                value = encode(Update(round=r, worker=self.id, clients=self.clients[rows], model_sum=total,
-                                      n_participants=len(took_part)))
+                value = self._update_record(r, rows)
             digest = update_digest(value)
             for p in {int(c) % self.P for c in self.clients[rows]}:
                 old_r, digests = self.proof.get(p, (0, []))
@@ -855,6 +856,45 @@ class Worker:
             self._send(self.topics.updates, value, key_of(self.id), 0)
         self._commit()                           # the aggregator needs it now (Fenced: see run())
         self.sent[rows] = r
+
+    def _update_record(self, r: int, rows: np.ndarray) -> bytes:
+        """The encoded record of round r for the clients ``rows``: an Update (Σ models of those that took
+        part) or, with a compressor, a CompressedUpdate (one payload per client that took part).
+
+        Raises
+        ------
+        WorkerError
+            A model is not finite (the aggregator would reject the record and the round never end).
+        """
+        took_part = rows[self.seen[rows] > 0]
+        if not np.isfinite(self.W[took_part]).all():
+            raise WorkerError(f"worker {self.id}: {divergence_message(MAIN, r * self.tau + 1)}")
+        if self.compressor is None:
+            total = self.W[took_part].sum(axis=0) if len(took_part) else np.zeros(self.shape)
+            return encode(Update(round=r, worker=self.id, clients=self.clients[rows], model_sum=total,
+                                 n_participants=len(took_part)))
+        from streamfl.compression import dither_key
+        c = self.compressor
+        ids = self.clients[took_part].tolist()
+        keys = [dither_key(self.seed, m + 1, r - 1) for m in ids] if c.dithered else None
+        sent = dict(zip(ids, c.encode_batch(self.W[took_part] - self._global_before(r), keys))) if ids else {}
+        return encode(CompressedUpdate.pack(round=r, worker=self.id, clients=self.clients[rows],
+                                            payloads=[sent.get(int(m)) for m in self.clients[rows]]))
+
+    def _global_before(self, r: int) -> np.ndarray:
+        """x̄ the clients of round r start from: the last GLOBAL before r that had participants, else zeros (d, K).
+
+        The global topic is read from its start, and a client reaches step rτ only after loading
+        GLOBAL(r − 1), so every earlier round is known here.
+        """
+        for k in range(r - 1, 0, -1):
+            g = self.globals.get(k)
+            if g is None:
+                raise WorkerError(f"worker {self.id}: round {r}'s upload needs GLOBAL({k}), not read from "
+                                  f"{self.topics.global_}")
+            if g.n_participants:
+                return g.model
+        return np.zeros(self.shape)
 
     def _checkpoint(self, rows: np.ndarray) -> None:
         """Write the clients' checkpoints into the open transaction; the data offsets committed with it follow.
@@ -938,12 +978,12 @@ class Worker:
                     msg = decode(rec.value)
                 except FormatError:
                     return
-                if isinstance(msg, Update) and msg.round == r:
+                if isinstance(msg, (Update, CompressedUpdate)) and msg.round == r:
                     rejected.append(f"worker {msg.worker}'s update (clients {msg.clients.tolist()}): "
                                     f"{h.get('reason')}{': ' + h['detail'] if h.get('detail') else ''}")
 
         def on_update(msg):
-            if isinstance(msg, Update) and msg.round == r:
+            if isinstance(msg, (Update, CompressedUpdate)) and msg.round == r:
                 covered.update(msg.clients.tolist())
 
         reader = resilient_reader(self.bootstrap, self.client_id + "-diagnosis", self.topics.dead)

@@ -570,7 +570,7 @@ def aggregate(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONF
         return
     from consumers import aggregator
     _exit_with(aggregator.main(["--bootstrap", broker, "--run-id", run_id, "--clients", str(stream.n_clients),
-                                "--rounds", str(rounds), "--timeout", str(timeout)]))
+                                "--rounds", str(rounds), "--timeout", str(timeout), "--config", str(config)]))
 
 
 @app.command(help=_paragraphs(f"""Role: the regret tracker — consume the loss topic, track regret, write the run folder.

@@ -212,3 +212,14 @@ def test_make_compressor_refuses_unknown_kinds():
         make_compressor("zip", 2)
     with pytest.raises(ValueError, match=r"scalar quantizer bits must be an integer in \[1, 16\], got 0"):
         UniformScalarQuantizer(0)
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), -1.0])
+def test_a_payload_whose_scale_is_not_a_finite_max_is_refused(scale):
+    """A NaN scale used to decode silently to zeros (the level step NaN failed the step > 0 test)."""
+    import struct
+    for c in (UniformScalarQuantizer(2, range=None), HexagonalLatticeQuantizer(2, range=None)):
+        p = bytearray(c.encode(np.ones(4), (1, 2, 3)))
+        struct.pack_into("<f", p, 5, scale)                 # 5-byte header of a 1-D array, then the scale
+        with pytest.raises(ValueError, match=f"payload carries the scale {scale}; a scale is a finite max"):
+            c.decode(bytes(p), (1, 2, 3))

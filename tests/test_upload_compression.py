@@ -58,11 +58,18 @@ def test_bad_compression_field_is_one_line():
         tiny({"kind": "zip", "bits": 2})
 
 
-def test_compression_over_kafka_is_refused_with_a_reason():
+def test_compression_runs_over_kafka_with_the_engines_compressor():
+    """Kafka runs accept learner.compression (tests/kafka/test_compressed_uploads.py); the workers and the
+    aggregator build the compressor with the engine's function, so both ends use the same one."""
+    from streamfl.compression import TopK, UniformScalarQuantizer
     from streamfl.generators.build import build_stream
-    from streamfl.transport.spec import kafka_unsupported
+    from streamfl.transport.spec import kafka_unsupported, upload_compressor
     cfg = tiny({"kind": "scalar", "bits": 2})
-    assert "learner.compression runs embedded only" in kafka_unsupported(cfg, build_stream(cfg))
+    assert kafka_unsupported(cfg, build_stream(cfg)) is None
+    c = upload_compressor(cfg)
+    assert isinstance(c, UniformScalarQuantizer) and c.range is None and c.bits == 2 and c.dithered
+    assert isinstance(upload_compressor(tiny({"kind": "topk", "bits": 3})), TopK)
+    assert upload_compressor(tiny(None)) is None
 
 
 @pytest.mark.parametrize("compression", [None, {"kind": "scalar", "bits": 2}])

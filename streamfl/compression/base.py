@@ -157,7 +157,8 @@ class Compressor(ABC):
         Raises
         ------
         ValueError
-            If the payload is malformed, truncated, or made by another kind of compressor or another b.
+            If the payload is malformed, truncated, made by another kind of compressor or another b,
+            or carries a scale that is not a finite number ≥ 0.
         """
         return self.decode_batch([payload], [key])[0]
 
@@ -195,7 +196,10 @@ class Compressor(ABC):
             if scaled:
                 if len(body) < 4:
                     raise ValueError("payload truncated before its scale")
-                scales.append(float(np.frombuffer(body[:4], dtype="<f4")[0]))
+                scale = float(np.frombuffer(body[:4], dtype="<f4")[0])
+                if not (np.isfinite(scale) and scale >= 0):       # an encoder only writes max |x| ≥ 0
+                    raise ValueError(f"payload carries the scale {scale}; a scale is a finite max |x| ≥ 0")
+                scales.append(scale)
                 body = body[4:]
             bodies.append(body)
         if shape is None:

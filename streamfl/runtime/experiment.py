@@ -59,11 +59,8 @@ def build_learners(cfg: ExperimentConfig, stream) -> dict:
     def clients():
         return StackedLinear(M, d, task, eta, K, lc.radius)
 
-    compressor = None
-    if lc.compression is not None:
-        from ..compression import make_compressor
-        # model updates are unbounded: the quantizers scale by max |update| (sent in the payload); top-k over all of it
-        compressor = make_compressor(lc.compression.kind, lc.compression.bits, range=None, axis=None)
+    from ..transport.spec import upload_compressor
+    compressor = upload_compressor(cfg)        # None without learner.compression; the Kafka roles use the same
     learners = {MAIN: Federated(clients(), lc.tau, FedAvg(lc.weighting) if lc.tau else None, compressor, cfg.seed)}
     for name in cfg.baselines:
         if name == "tau1":

@@ -272,7 +272,8 @@ class KafkaRun:
         self._n_aggregators += 1
         self.aggregator = _Child("aggregator" if n == 0 else f"aggregator-{n}", "consumers.aggregator",
                                  self.common + ["--clients", str(self.M), "--rounds", str(self.rounds),
-                                                "--timeout", str(max(300.0, 5 * self.timeout))], self.log_dir)
+                                                "--timeout", str(max(300.0, 5 * self.timeout)),
+                                                "--config", str(self.config_path)], self.log_dir)
 
     def kill_aggregator(self, sig=signal.SIGKILL) -> None:
         """Kill the aggregator (SIGKILL by default)."""

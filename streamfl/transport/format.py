@@ -1,12 +1,14 @@
-"""The binary wire format of every Kafka record of a streamfl run (version 3).
+"""The binary wire format of every Kafka record of a streamfl run (versions 3 and 4).
 
 Every record value is one message::
 
     offset  size  field
     0       3     magic        b"SFL"
-    3       1     version      uint8, currently 3 (2 is still read)
+    3       1     version      uint8: 4 for COMPRESSED_UPDATE, 3 for the other
+                               types (2 is still read)
     4       1     type         uint8: 1 DATA, 2 LOSS, 3 UPDATE, 4 GLOBAL, 6 STATE,
-                               7 SPARSE_UPDATE (version 3 only)
+                               7 SPARSE_UPDATE (version ≥ 3), 8 COMPRESSED_UPDATE
+                               (version 4)
     5       1     n_arrays     uint8, number of arrays carried
     6       ...   fields       type-specific fixed fields (below), little-endian
     ...           descriptors  per array: dtype code (uint8), ndim (uint8),
@@ -15,8 +17,9 @@ Every record value is one message::
                                in descriptor order, nothing in between
 
 All integers are little-endian (``struct`` format ``<``). Dtype codes: 1 =
-float64 (``<f8``), 2 = int64 (``<i8``). No JSON is involved; an array of N
-float64 values costs exactly 8 N bytes plus its descriptor.
+float64 (``<f8``), 2 = int64 (``<i8``), 3 = uint8 (raw bytes; COMPRESSED_UPDATE
+only). No JSON is involved; an array of N float64 values costs exactly 8 N
+bytes plus its descriptor.
 
 Type-specific fields and arrays (d features, b samples per step, K = 1 except
 for softmax, k clients of one worker):
@@ -38,7 +41,18 @@ STATE     client int32, t int64 (≥ 0),                model float64 (d, K)
 SPARSE_   round int64 (1-based), worker int32,        clients int64 (q,), n_samples int64 (q,),
 UPDATE    table int32 (≥ 0)                           n_rows int64 (q,), ids int64 (n,),
                                                       rows float64 (n, k), counts int64 (n,)
+COMPRES-  round int64 (1-based), worker int32         clients int64 (q,), lengths int64 (q,),
+SED_UPD.                                              payloads uint8 (Σ lengths,)
 ========  ==========================================  ===============================================
+
+COMPRESSED_UPDATE carries the compressed uploads of q clients of one worker
+for round r when the run sets ``learner.compression``: client ``clients[j]``
+sent the compressor payload (:mod:`streamfl.compression`) of
+``lengths[j]`` bytes that follows the previous clients' payloads, the
+encoding of C(x_m − x̄), its model change since the last global model; a
+length of 0 means the client took no part in the round (no sample) and sent
+nothing. The payloads are the exact bytes the embedded engine counts, so the
+aggregator decodes what the embedded server decodes.
 
 SPARSE_UPDATE carries the sparse updates of q clients of one worker for one
 table of the model (``table`` numbers the model's tables; 0 for a model with
@@ -49,7 +63,10 @@ each with its id, its delta and how many of the client's samples involved it
 :meth:`SparseRoundUpdate.to_round`). Its size grows with the touched rows n,
 not with the table.
 
-Version history: 3 — adds SPARSE_UPDATE (type 7); the other types keep
+Version history: 4 — adds COMPRESSED_UPDATE (type 8) and the uint8 dtype
+code 3; records of the other types are still written as version 3 (their
+layout is unchanged), so readers of version 3 keep reading runs without
+compression. 3 — adds SPARSE_UPDATE (type 7); the other types keep
 their version-2 layout, so version-2 records are still decoded (a version-2
 record of type 7 is refused, ``bad_type``). 2 — UPDATE names the clients it sums (so that the
 aggregator can tell a contribution re-sent after a rebalance) and how many of
@@ -61,7 +78,8 @@ any other version (``bad_version``).
 :func:`decode` validates everything and raises :class:`FormatError`, whose
 ``reason`` is one of ``null_value``, ``truncated``, ``bad_magic``, ``bad_version``,
 ``bad_type``, ``bad_dtype``, ``bad_field``, ``shape_mismatch``, ``non_finite``,
-``trailing_bytes``. :func:`encode` checks structure (shapes, dtypes, field
+``trailing_bytes``. (Whether a COMPRESSED_UPDATE's payloads decode is checked
+by the aggregator, which knows the compressor.) :func:`encode` checks structure (shapes, dtypes, field
 ranges) but not finiteness, so that a diverging worker's NaN update still
 reaches the aggregator, which rejects it with a reason.
 
@@ -85,14 +103,14 @@ from enum import IntEnum
 import numpy as np
 
 MAGIC = b"SFL"
-VERSION = 3
-READABLE_VERSIONS = (2, 3)   # layouts of types 1-6 are the same in both
+VERSION = 3                  # written for every type but COMPRESSED_UPDATE
+READABLE_VERSIONS = (2, 3, 4)   # layouts of types 1-7 are the same in all three
 
 _PREFIX = struct.Struct("<3sBBB")            # magic, version, type, n_arrays
 _DESC = struct.Struct("<BB")                 # dtype code, ndim
-_DTYPES = {1: np.dtype("<f8"), 2: np.dtype("<i8")}
+_DTYPES = {1: np.dtype("<f8"), 2: np.dtype("<i8"), 3: np.dtype("u1")}
 _NATIVE = {code: dtype.newbyteorder("=") for code, dtype in _DTYPES.items()}
-_CODES = {np.dtype("<f8"): 1, np.dtype("<i8"): 2}
+_CODES = {np.dtype("<f8"): 1, np.dtype("<i8"): 2, np.dtype("u1"): 3}
 MAX_NDIM = 8
 _DIMS = [struct.Struct(f"<{k}I") for k in range(MAX_NDIM + 1)]     # an array's ndim uint32 dimensions
 
@@ -106,6 +124,11 @@ class MsgType(IntEnum):
     GLOBAL = 4
     STATE = 6         # 5 is retired (per-client round models of version 1)
     SPARSE_UPDATE = 7  # version 3
+    COMPRESSED_UPDATE = 8  # version 4
+
+
+#: the first version that has each message type (records are written at it)
+MIN_VERSION = {MsgType.SPARSE_UPDATE: 3, MsgType.COMPRESSED_UPDATE: 4}
 
 
 class FormatError(ValueError):
@@ -324,7 +347,57 @@ class SparseRoundUpdate:
                            n_samples=self.n_samples).validate()
 
 
-Message = Data | Loss | Update | Global | ClientState | SparseRoundUpdate
+@dataclass
+class CompressedUpdate:
+    """The compressed uploads of q clients of a worker in round r (worker → aggregator).
+
+    Client m that took part in round r sends the payload ``C.encode(x_{rτ,m}
+    − x̄, key=(seed, m + 1, r − 1))`` (:class:`~streamfl.runtime.learners.Federated`,
+    the embedded engine's upload; x̄ the last global model loaded, zeros before
+    the first); the aggregator decodes each and averages x̄ + Ĉ(·) over the
+    clients that took part. Bytes up are the payloads' lengths.
+
+    Attributes
+    ----------
+    round : int
+        r, 1-based.
+    worker : int
+        Sender (for logs only).
+    clients : ndarray (q,) int64
+        Distinct client ids m ≥ 0, q ≥ 1: the clients this record covers.
+    lengths : ndarray (q,) int64
+        Payload length of each client in bytes (≥ 0; 0: the client took no part).
+    payloads : ndarray (Σ lengths,) uint8
+        The payloads one after another, in the order of ``clients``.
+    """
+
+    round: int
+    worker: int
+    clients: np.ndarray
+    lengths: np.ndarray
+    payloads: np.ndarray
+
+    @classmethod
+    def pack(cls, *, round: int, worker: int, clients, payloads: list) -> "CompressedUpdate":
+        """The record of ``clients`` whose payloads are ``payloads`` (bytes, or None / b"" for a client without part)."""
+        chunks = [bytes(p or b"") for p in payloads]
+        return cls(round=round, worker=worker, clients=np.asarray(clients, dtype=np.int64),
+                   lengths=np.array([len(c) for c in chunks], dtype=np.int64),
+                   payloads=np.frombuffer(b"".join(chunks), dtype=np.uint8).copy())
+
+    @property
+    def n_participants(self) -> int:
+        """How many covered clients took part (sent a payload)."""
+        return int(np.count_nonzero(self.lengths))
+
+    def split(self) -> list[tuple[int, bytes]]:
+        """(client id, payload bytes) of the clients that took part, in record order."""
+        raw = self.payloads.tobytes()
+        ends = np.cumsum(self.lengths)
+        return [(int(c), raw[int(e - n):int(e)]) for c, n, e in zip(self.clients, self.lengths, ends) if n > 0]
+
+
+Message = Data | Loss | Update | Global | ClientState | SparseRoundUpdate | CompressedUpdate
 
 _FIELDS = {
     MsgType.DATA: struct.Struct("<qiB"),
@@ -333,17 +406,18 @@ _FIELDS = {
     MsgType.GLOBAL: struct.Struct("<qi"),
     MsgType.STATE: struct.Struct("<iqqq"),
     MsgType.SPARSE_UPDATE: struct.Struct("<qii"),
+    MsgType.COMPRESSED_UPDATE: struct.Struct("<qi"),
 }
 _KINDS = {int(k): k for k in MsgType}
 _ARRAY_KINDS = {MsgType.DATA: "fff", MsgType.LOSS: "iff", MsgType.UPDATE: "if", MsgType.GLOBAL: "f",
-                MsgType.STATE: "f", MsgType.SPARSE_UPDATE: "iiiifi"}        # numpy kind of each array, in order
+                MsgType.STATE: "f", MsgType.SPARSE_UPDATE: "iiiifi", MsgType.COMPRESSED_UPDATE: "iiu"}        # numpy kind of each array, in order
 _INT64 = (-(2**63), 2**63 - 1)
 _INT32 = (-(2**31), 2**31 - 1)
 
 
 def _array(name: str, a, dtype: str) -> np.ndarray:
     a = np.asarray(a)
-    if a.dtype.kind not in "fiub":
+    if a.dtype.kind not in "fiub" or (dtype == "u1" and a.dtype.kind not in "ub"):
         raise FormatError("bad_dtype", f"{name} has dtype {a.dtype}, expected a numeric array")
     return np.ascontiguousarray(a, dtype=np.dtype(dtype))
 
@@ -373,6 +447,19 @@ def _check_shapes(kind: MsgType, arrays: list[np.ndarray], flags: int = 0):
             raise FormatError("shape_mismatch", f"UPDATE clients must be (q,) with q ≥ 1, got {c}")
         if len(m) != 2:
             raise FormatError("shape_mismatch", f"UPDATE model_sum must be (d, K), got {m}")
+    elif kind == MsgType.COMPRESSED_UPDATE:
+        if len(arrays) != 3:
+            raise FormatError("shape_mismatch", f"COMPRESSED_UPDATE carries {len(arrays)} arrays, expected 3")
+        c, lengths, payloads = shapes
+        if not (len(c) == 1 and c[0] >= 1):
+            raise FormatError("shape_mismatch", f"COMPRESSED_UPDATE clients must be (q,) with q ≥ 1, got {c}")
+        if lengths != c:
+            raise FormatError("shape_mismatch", f"COMPRESSED_UPDATE lengths must be {c}, got {lengths}")
+        if len(payloads) != 1:
+            raise FormatError("shape_mismatch", f"COMPRESSED_UPDATE payloads must be (n,), got {payloads}")
+        if arrays[1].dtype.kind == "i" and int(arrays[1].sum()) != payloads[0]:
+            raise FormatError("shape_mismatch", f"COMPRESSED_UPDATE lengths sum to {int(arrays[1].sum())} but "
+                                                f"{payloads[0]} payload bytes are carried")
     elif kind == MsgType.SPARSE_UPDATE:
         if len(arrays) != 6:
             raise FormatError("shape_mismatch", f"SPARSE_UPDATE carries {len(arrays)} arrays, expected 6")
@@ -471,6 +558,15 @@ def encode(msg: Message) -> bytes:
                   _array("n_rows", msg.n_rows, "<i8"), _array("ids", msg.ids, "<i8"),
                   _array("rows", msg.rows, "<f8"), _array("counts", msg.counts, "<i8")]
         fields = _FIELDS[kind].pack(int(msg.round), int(msg.worker), int(msg.table))
+    elif isinstance(msg, CompressedUpdate):
+        kind, flags = MsgType.COMPRESSED_UPDATE, 0
+        _check_range("round", msg.round, _INT64, 1)
+        _check_range("worker", msg.worker, _INT32, 0)
+        arrays = [_array("clients", msg.clients, "<i8"), _array("lengths", msg.lengths, "<i8"),
+                  _array("payloads", msg.payloads, "u1")]
+        if (arrays[1] < 0).any():
+            raise FormatError("bad_field", "COMPRESSED_UPDATE lengths must be ≥ 0")
+        fields = _FIELDS[kind].pack(int(msg.round), int(msg.worker))
     elif isinstance(msg, ClientState):
         kind, flags = MsgType.STATE, 0
         _check_range("client", msg.client, _INT32, 0)
@@ -480,10 +576,10 @@ def encode(msg: Message) -> bytes:
         arrays = [_array("model", msg.model, "<f8")]
         fields = _FIELDS[kind].pack(int(msg.client), int(msg.t), int(msg.offset), int(msg.loss_offset))
     else:
-        raise TypeError(f"encode() takes a Data, Loss, Update, Global, ClientState or SparseRoundUpdate "
-                        f"message, got {type(msg).__name__}")
+        raise TypeError(f"encode() takes a Data, Loss, Update, Global, ClientState, SparseRoundUpdate or "
+                        f"CompressedUpdate message, got {type(msg).__name__}")
     _check_shapes(kind, arrays, flags)
-    parts = [_PREFIX.pack(MAGIC, VERSION, int(kind), len(arrays)), fields]
+    parts = [_PREFIX.pack(MAGIC, MIN_VERSION.get(kind, VERSION), int(kind), len(arrays)), fields]
     for a in arrays:
         if a.ndim > MAX_NDIM:
             raise FormatError("shape_mismatch", f"arrays have at most {MAX_NDIM} dimensions, got {a.ndim}")
@@ -498,7 +594,7 @@ def decode(raw: bytes) -> Message:
 
     Returns
     -------
-    Data, Loss, Update, Global, ClientState or SparseRoundUpdate
+    Data, Loss, Update, Global, ClientState, SparseRoundUpdate or CompressedUpdate
         Arrays are fresh, writable, native-endian copies.
 
     Raises
@@ -526,12 +622,14 @@ def decode(raw: bytes) -> Message:
     _, version, type_byte, n_arrays = _PREFIX.unpack_from(buf, 0)
     if version not in READABLE_VERSIONS:
         raise FormatError("bad_version", f"version {version} is not supported (this reader speaks "
-                                         f"{' and '.join(map(str, READABLE_VERSIONS))})")
+                                         f"{', '.join(map(str, READABLE_VERSIONS[:-1]))} and "
+                                         f"{READABLE_VERSIONS[-1]})")
     kind = _KINDS.get(type_byte)
     if kind is None:
         raise FormatError("bad_type", f"unknown message type {type_byte}")
-    if kind == MsgType.SPARSE_UPDATE and version < 3:
-        raise FormatError("bad_type", f"message type {type_byte} (SPARSE_UPDATE) needs version 3, the record says {version}")
+    if version < MIN_VERSION.get(kind, 2):
+        raise FormatError("bad_type", f"message type {type_byte} ({kind.name}) needs version "
+                                      f"{MIN_VERSION[kind]}, the record says {version}")
     pos = _PREFIX.size
     fs = _FIELDS[kind]
     if n < pos + fs.size:
@@ -557,7 +655,7 @@ def decode(raw: bytes) -> Message:
     arrays = []
     for i, (code, shape) in enumerate(descs):
         count = math.prod(shape)
-        size = count * 8                       # both wire dtypes are 8 bytes wide
+        size = count * _DTYPES[code].itemsize
         if n < pos + size:
             raise FormatError("truncated", f"array {i} {shape} needs {size} bytes, {n - pos} left")
         a = np.frombuffer(buf, dtype=_DTYPES[code], count=count, offset=pos).reshape(shape)
@@ -570,7 +668,8 @@ def decode(raw: bytes) -> Message:
     _check_shapes(kind, arrays, flags)
     for i, (a, k) in enumerate(zip(arrays, _ARRAY_KINDS[kind])):
         if a.dtype.kind != k:
-            raise FormatError("bad_dtype", f"{kind.name} array {i} must be {'float64' if k == 'f' else 'int64'}, got {a.dtype}")
+            raise FormatError("bad_dtype", f"{kind.name} array {i} must be "
+                                           f"{ {'f': 'float64', 'i': 'int64', 'u': 'uint8'}[k]}, got {a.dtype}")
         if k == "f" and not np.isfinite(a).all():
             bad = int(np.size(a) - np.isfinite(a).sum())
             raise FormatError("non_finite", f"{kind.name} array {i} has {bad} NaN/inf value(s)")
@@ -625,6 +724,18 @@ def decode(raw: bytes) -> Message:
             raise FormatError("bad_field", "SPARSE_UPDATE ids must be distinct within each client's rows")
         return SparseRoundUpdate(round=r, worker=worker, table=table, clients=clients, n_samples=n_samples,
                                  n_rows=n_rows, ids=ids, rows=rows, counts=counts)
+    if kind == MsgType.COMPRESSED_UPDATE:
+        r, worker = fields
+        clients, lengths, payloads = arrays
+        if r < 1:
+            raise FormatError("bad_field", f"COMPRESSED_UPDATE round must be ≥ 1, got {r}")
+        if worker < 0:
+            raise FormatError("bad_field", f"COMPRESSED_UPDATE worker must be ≥ 0, got {worker}")
+        if (clients < 0).any() or len(np.unique(clients)) != len(clients):
+            raise FormatError("bad_field", "COMPRESSED_UPDATE client ids must be ≥ 0 and distinct")
+        if (lengths < 0).any():
+            raise FormatError("bad_field", "COMPRESSED_UPDATE lengths must be ≥ 0")
+        return CompressedUpdate(round=r, worker=worker, clients=clients, lengths=lengths, payloads=payloads)
     if kind == MsgType.STATE:
         client, t, offset, loss_offset = fields
         if not (client >= 0 and t >= 0 and offset >= 0 and loss_offset >= 0):

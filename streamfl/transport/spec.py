@@ -98,10 +98,24 @@ def kafka_unsupported(cfg: ExperimentConfig, stream) -> str | None:
         return "adaptive drift is not supported over Kafka (the adversary would need the workers' models)"
     if cfg.learner.tau is not None and cfg.learner.weighting != "uniform":
         return "only learner.weighting: uniform is supported over Kafka"
-    if cfg.learner.compression is not None:
-        return ("learner.compression runs embedded only for now: over Kafka the workers' uploads are not "
-                "compressed yet; drop learner.compression or run without --broker")
     return None
+
+
+def upload_compressor(cfg: ExperimentConfig):
+    """The compressor of the clients' uploads that ``cfg.learner.compression`` names, or ``None``.
+
+    One definition for the embedded engine, the Kafka workers (encode) and
+    the aggregator (decode), so both sides of the wire use the same
+    compressor: model updates are unbounded, so the quantizers scale each
+    payload by its max |update| (the scale travels in the payload) and top-k
+    keeps the k largest of the whole update (see
+    :func:`streamfl.compression.make_compressor`).
+    """
+    comp = cfg.learner.compression
+    if comp is None:
+        return None
+    from ..compression import make_compressor
+    return make_compressor(comp.kind, comp.bits, range=None, axis=None)
 
 
 CONFIG_HEADER = "config"      # record header carrying a config fingerprint (see config_fingerprint)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from streamfl.aggregation.sparse import SparseRound, SparseUpdate, mf_fedavg
-from streamfl.transport.format import (MAGIC, Data, FormatError, Global, Loss, MsgType, SparseRoundUpdate, Update,
-                                       decode, encode)
+from streamfl.transport.format import (MAGIC, CompressedUpdate, Data, FormatError, Global, Loss, MsgType,
+                                       SparseRoundUpdate, Update, decode, encode)
 
 rng = np.random.default_rng(0)
 
@@ -37,6 +37,8 @@ MESSAGES = [
     SparseRoundUpdate(round=1, worker=0, table=0, clients=np.array([0]), n_samples=np.array([5]),
                       n_rows=np.array([0]), ids=np.zeros(0, np.int64), rows=np.zeros((0, 4)),
                       counts=np.zeros(0, np.int64)),
+    CompressedUpdate(round=2, worker=1, clients=np.array([3, 0, 8]), lengths=np.array([3, 0, 2]),
+                     payloads=np.array([1, 0, 255, 7, 9], dtype=np.uint8)),
 ]
 
 
@@ -85,12 +87,13 @@ def test_wrong_magic():
 
 def test_wrong_version():
     assert _reason(GOOD[:3] + bytes([1]) + GOOD[4:]) == "bad_version"      # version 1 records are refused
-    assert _reason(GOOD[:3] + bytes([4]) + GOOD[4:]) == "bad_version"
-    with pytest.raises(FormatError, match="version 4 is not supported \\(this reader speaks 2 and 3\\)"):
-        decode(GOOD[:3] + bytes([4]) + GOOD[4:])
+    assert _reason(GOOD[:3] + bytes([5]) + GOOD[4:]) == "bad_version"
+    with pytest.raises(FormatError, match="version 5 is not supported \\(this reader speaks 2, 3 and 4\\)"):
+        decode(GOOD[:3] + bytes([5]) + GOOD[4:])
+    _same(decode(GOOD), decode(GOOD[:3] + bytes([4]) + GOOD[4:]))          # version 4 keeps the other layouts
 
 
-@pytest.mark.parametrize("msg", [m for m in MESSAGES if not isinstance(m, SparseRoundUpdate)],
+@pytest.mark.parametrize("msg", [m for m in MESSAGES if not isinstance(m, (SparseRoundUpdate, CompressedUpdate))],
                          ids=lambda m: type(m).__name__)
 def test_version_2_records_are_still_decoded(msg):
     raw = encode(msg)
@@ -99,10 +102,33 @@ def test_version_2_records_are_still_decoded(msg):
 
 
 def test_sparse_update_needs_version_3():
-    raw = encode(MESSAGES[-1])
+    raw = encode(MESSAGES[-2])
     with pytest.raises(FormatError, match="type 7 \\(SPARSE_UPDATE\\) needs version 3, the record says 2") as info:
         decode(raw[:3] + bytes([2]) + raw[4:])
     assert info.value.reason == "bad_type"
+
+
+def test_compressed_update_layout_and_checks():
+    """Version 4, type 8: fields round, worker; arrays clients, lengths, payloads (uint8, dtype code 3)."""
+    msg = CompressedUpdate.pack(round=5, worker=3, clients=[4, 7], payloads=[b"\x01\x02\x03", None])
+    raw = encode(msg)
+    assert raw[:6] == MAGIC + bytes([4, 8, 3])
+    assert struct.unpack_from("<qi", raw, 6) == (5, 3)
+    assert struct.unpack_from("<BBI", raw, 18) == (2, 1, 2)          # clients int64 (2,)
+    assert struct.unpack_from("<BBI", raw, 24) == (2, 1, 2)          # lengths int64 (2,)
+    assert struct.unpack_from("<BBI", raw, 30) == (3, 1, 3)          # payloads uint8 (3,)
+    assert raw[-3:] == b"\x01\x02\x03" and len(raw) == 36 + 16 + 16 + 3
+    back = decode(raw)
+    assert back.split() == [(4, b"\x01\x02\x03")] and back.n_participants == 1
+    with pytest.raises(FormatError, match="type 8 \\(COMPRESSED_UPDATE\\) needs version 4, the record says 3"):
+        decode(raw[:3] + bytes([3]) + raw[4:])
+    short = bytearray(raw)
+    struct.pack_into("<q", short, 52, 4)                               # lengths say 4 + 0 bytes, 3 are carried
+    assert _reason(bytes(short)) == "shape_mismatch"
+    assert _reason(raw[:-1]) == "truncated"
+    with pytest.raises(FormatError, match="lengths must be ≥ 0"):
+        encode(CompressedUpdate(round=1, worker=0, clients=np.array([0, 1]), lengths=np.array([-1, 1]),
+                                payloads=np.zeros(0, np.uint8)))
 
 
 def test_unknown_type():

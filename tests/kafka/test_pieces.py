@@ -192,3 +192,86 @@ def test_worker_error_line_names_the_worker_once(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(worker_mod.Worker, "run", lambda self: (_ for _ in ()).throw(ValueError("bad value")))
     assert worker_mod.main(args + ["--worker-id", "3"]) == 1
     assert capsys.readouterr().err.strip() == "error: worker 3: bad value"
+
+
+def _compressed_round(agg, W, xbar, r, seed, split, took_part=None):
+    """Each worker of ``split`` sends its clients' payloads C(W[m] − x̄) for round r (as consumers.worker does)."""
+    from streamfl.compression import dither_key
+    from streamfl.transport.format import CompressedUpdate
+    c, out = agg.compressor, None
+    for rows in split:
+        ids = [m for m in rows if took_part is None or took_part[m]]
+        keys = [dither_key(seed, m + 1, r - 1) for m in ids] if c.dithered else None
+        sent = dict(zip(ids, c.encode_batch(W[ids] - xbar, keys))) if ids else {}
+        got = agg.add(CompressedUpdate.pack(round=r, worker=0, clients=rows, payloads=[sent.get(m) for m in rows]))
+        out = got if got is not None else out
+    return out
+
+
+@pytest.mark.parametrize("kind", ["scalar", "lattice", "topk", "none"])
+def test_compressed_uploads_replay_the_embedded_learner_bit_for_bit(kind):
+    """Embedded Federated with a compressor vs workers' per-client payloads decoded by a RoundAggregator:
+    identical global models and byte counts, also in rounds where clients sit out or nobody takes part."""
+    from streamfl.compression import make_compressor
+    M, d, T, tau, seed = 5, 3, 40, 4, 7
+    c = make_compressor(kind, 2 if kind != "none" else 32, range=None, axis=None)
+    stream = SyntheticStream("logistic", n_clients=M, n_features=d, n_steps=T, batch_size=2, heterogeneity=0.5, seed=3)
+    eta = StepSize("inv_sqrt", eta=0.3)
+    fed = Federated(StackedLinear(M, d, "logistic", eta), tau, FedAvg(), compressor=c, seed=seed)
+    local = StackedLinear(M, d, "logistic", eta)
+    agg = RoundAggregator(M, compressor=c, seed=seed, last_global=np.zeros((d, 1)))
+    rng = np.random.default_rng(0)
+    mask_all = rng.random((T, M)) < 0.6
+    mask_all[8:12] = False                       # round 3: nobody takes part
+    (chunk,) = stream.chunks(T)
+    xbar, seen, up, down = np.zeros((d, 1)), np.zeros(M, bool), 0, 0
+    for i in range(T):
+        t = i + 1
+        fed.step(chunk.X[i], chunk.y[i], t, mask_all[i])
+        local.test_then_train(chunk.X[i], chunk.y[i], t, mask_all[i])
+        seen |= mask_all[i]
+        if t % tau == 0:
+            g = _compressed_round(agg, local.W.copy(), xbar, t // tau, seed, [[0, 3], [1, 2, 4]], seen)
+            assert g.n_participants == int(seen.sum())
+            if g.n_participants:
+                local.W[:] = g.model
+                xbar = g.model
+            up, down = up + agg.last_bytes[0], down + agg.last_bytes[1]
+            assert np.array_equal(local.W, fed.models) and local.W.tobytes() == fed.models.tobytes()
+            assert (up, down) == (fed.bytes_up, fed.bytes_down)
+            seen[:] = False
+    assert fed.rounds == T // tau and fed.bytes_up > 0
+
+
+def test_compressed_update_rejections():
+    """Undecodable payloads, NaN values, the other kind of update, and a changed copy are refused by reason."""
+    from streamfl.compression import TopK, UniformScalarQuantizer, dither_key
+    from streamfl.transport.format import CompressedUpdate
+    q = UniformScalarQuantizer(2, range=None)
+    agg = RoundAggregator(2, compressor=q, seed=1, last_global=np.zeros((3, 1)))
+    good = q.encode(np.ones((3, 1)), dither_key(1, 1, 0))
+
+    def reason(upd, a=agg):
+        with pytest.raises(Rejected) as info:
+            a.add(upd)
+        return info.value.reason, str(info.value)
+
+    assert reason(CompressedUpdate.pack(round=1, worker=0, clients=[0], payloads=[good[:-1]]))[0] == "bad_payload"
+    assert reason(CompressedUpdate.pack(round=1, worker=0, clients=[0], payloads=[q.encode(np.ones((2, 1)), (1, 1, 0))])) == (
+        "shape_mismatch", "shape_mismatch: round 1: model (2, 1), the global model's (3, 1)")
+    assert reason(Update(1, 0, np.array([0]), np.ones((3, 1))))[0] == "compression_mismatch"
+    topk = TopK(2)
+    nan = bytearray(topk.encode(np.arange(32.0).reshape(32, 1)))
+    nan[-4:] = np.float32(np.nan).tobytes()
+    a2 = RoundAggregator(1, compressor=topk, last_global=np.zeros((32, 1)))
+    bad = CompressedUpdate.pack(round=1, worker=5, clients=[0], payloads=[bytes(nan)])
+    assert reason(bad, a2) == ("non_finite", "non_finite: round 1: worker 5's payloads decode to 1 NaN/inf value(s)")
+    assert agg.add(CompressedUpdate.pack(round=1, worker=0, clients=[0], payloads=[good])) is None
+    assert agg.add(CompressedUpdate.pack(round=1, worker=0, clients=[0], payloads=[good])) is None   # a copy
+    assert agg.duplicates == 1
+    other = q.encode(np.full((3, 1), 0.5), dither_key(1, 1, 0))
+    assert reason(CompressedUpdate.pack(round=1, worker=2, clients=[0], payloads=[other]))[0] == "conflicting_duplicate"
+    g = agg.add(CompressedUpdate.pack(round=1, worker=1, clients=[1], payloads=[None]))
+    assert g.n_participants == 1 and np.array_equal(g.model, q.decode(good, dither_key(1, 1, 0)))
+    plain = RoundAggregator(2)
+    assert reason(CompressedUpdate.pack(round=1, worker=0, clients=[0], payloads=[good]), plain)[0] == "compression_mismatch"
