@@ -151,7 +151,14 @@ def _print_summary(summary: dict, finished: bool = True):
     console.print(f"run folder: {summary['run_dir']}", soft_wrap=True)
     tau = "never (local only)" if summary["tau"] is None else summary["tau"]
     console.print(f"T = {summary['n_steps']}, M = {summary['n_clients']}, τ = {tau}, rounds = {summary['rounds']}")
-    console.print(f"static regret: {summary['regret_static']:.4f}  [dim]({summary['regret_static_method']})[/dim]")
+    if summary.get("model") == "gmf":
+        comp = summary["comparator"]
+        console.print(f"prequential HR@10: {summary['prequential_hr10']:.4f} over {summary['interactions']:,} "
+                      f"interactions; BCE per interaction {summary['avg_loss_per_interaction']:.4f}")
+        console.print(f"offline fixed GMF (estimated comparator): HR@10 {comp['prequential_hr10']:.4f}, "
+                      f"BCE per interaction {comp['avg_loss_per_interaction']:.4f}")
+    est = " (ESTIMATE)" if summary.get("regret_static_is_estimate") else ""
+    console.print(f"static regret{est}: {summary['regret_static']:.4f}  [dim]({summary['regret_static_method']})[/dim]")
     for key in ("regret_expected", "regret_dynamic"):
         v, method = summary.get(key), summary.get(f"{key}_method")
         how = f"  [dim]({method})[/dim]" if method else ""
