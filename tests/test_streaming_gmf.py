@@ -232,6 +232,11 @@ def test_cli_run_from_a_temporary_folder(tmp_path):
     assert "static regret (ESTIMATE)" in out.stdout
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["interactions"] == 59 and summary["config"]["source"]["path"] == str(tmp_path / "data")
+    again = subprocess.run([str(exe), "report", "r"], cwd=tmp_path, capture_output=True, text=True,
+                           env={**os.environ, "COLUMNS": "200"})
+    assert again.returncode == 0, again.stderr
+    assert "plot: r/plots/ranking.png" in again.stdout and (tmp_path / "r" / "plots" / "ranking.png").is_file()
+    assert "prequential HR@10: " in again.stdout
     bad = subprocess.run([str(exe), "run", "--config", "x.yaml", "--no-live", "--steps", "3", "--out", "r2"],
                          cwd=tmp_path / "data", capture_output=True, text=True)
     assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
