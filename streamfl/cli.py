@@ -399,6 +399,9 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
     from .runtime.kafka_run import BrokerUnavailable, KafkaRunError, run_kafka_experiment
     from .runtime.live import LiveView
     from .transport.topics import check_broker
+    if cfg.learner.model == "gmf":              # before contacting the broker: nothing over Kafka can run it
+        from .transport.spec import kafka_unsupported
+        _fail(kafka_unsupported(cfg, None))
     try:
         check_broker(broker)
         if cfg.baselines:
