@@ -186,7 +186,8 @@ def _print_seeds(summary: dict):
                   soft_wrap=True)
     console.print(f"[dim]{summary['interval']}[/dim]")
     keys = ["regret_static", "regret_expected", "regret_dynamic", "regret_expected_virtual", "consensus_part",
-            "heterogeneity.regime.noise_term", "heterogeneity.regime.temporal_term"]
+            "heterogeneity.regime.noise_term", "heterogeneity.regime.temporal_term",
+            "prequential_hr10", "avg_loss_per_interaction", "comparator.prequential_hr10"]   # the last 3: gmf runs
     keys += [k for k in iv if k.startswith("gaps.")]
     for key in keys:
         r = iv.get(key)
