@@ -245,3 +245,39 @@ def test_cli_run_from_a_temporary_folder(tmp_path):
     bad = subprocess.run([str(exe), "run", "--config", "x.yaml", "--no-live", "--steps", "3", "--out", "r2"],
                          cwd=tmp_path / "data", capture_output=True, text=True)
     assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# ---------------------------------------------------------------- the server rule's three variants, by hand
+def test_mffedavg_rules_by_hand():
+    """Client 0 (2 samples) moves row 5 by 0.3, client 1 (1 sample) touches nothing, client 2 sat the round
+    out: MF-FedAvg 0.3 (its one user), FedAvg by samples 2/3·0.3 = 0.2, SimpleAvg 0.3/2 = 0.15 (over the
+    two clients that took part); h is averaged over those two."""
+    from streamfl.aggregation.sparse import SparseRound
+    from streamfl.models.client_model import ModelUpdate
+    n = np.array([2, 1, 0])
+    r = SparseRound(client=np.array([0]), ids=np.array([5]), rows=np.array([[0.3]]), counts=np.array([2]),
+                    n_samples=n)
+    u = ModelUpdate(sparse={"item": r}, dense={"h": np.array([[1.0], [4.0], [100.0]])}, n_samples=n)
+    got = {rule: MFFedAvg("uniform", rule).aggregate(u, n) for rule in ("mf_fedavg", "fedavg", "simple_avg")}
+    assert {k: float(g.sparse["item"].rows[0, 0]) for k, g in got.items()} == pytest.approx(
+        {"mf_fedavg": 0.3, "fedavg": 0.2, "simple_avg": 0.15}, rel=1e-15)
+    assert got["mf_fedavg"].dense["h"].tolist() == [2.5]
+    assert MFFedAvg("samples").aggregate(u, n).dense["h"].tolist() == [2.0]
+    assert MFFedAvg().aggregate(u, np.zeros(3)) is None
+
+
+# ---------------------------------------------------------------- the live view
+def test_live_view_labels_the_regret_an_estimate():
+    from rich.console import Console
+    from streamfl.runtime.live import LiveView
+    users, items, times = synthetic(n_users=6, per_user=4)
+    s = InteractionStream(users, items, times, 6, 150)
+    fed = Federated(StreamingGMF(6, 150, StepSize("constant", eta=1.0), s.ever, tau=2, dim=3, seed=0), 2, MFFedAvg())
+    tracker = RankingTracker(s, "fedsea", ["fedsea"], fed.clients, live_epochs=5, final_epochs=5)
+    run_stream(s, {"fedsea": fed}, tracker, "fedsea", 64)
+    console = Console(width=200, record=True)
+    console.print(LiveView("gmf", s.n_steps, console=console, enabled=False).table(tracker))
+    text = console.export_text()
+    assert "regret vs offline fixed GMF (ESTIMATE)" in text
+    assert f"prequential HR@10 (pooled)             │  {tracker.hr:.3f}" in text
+    assert f"interactions = {len(users)}" in text
