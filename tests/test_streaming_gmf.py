@@ -281,3 +281,34 @@ def test_live_view_labels_the_regret_an_estimate():
     assert "regret vs offline fixed GMF (ESTIMATE)" in text
     assert f"prequential HR@10 (pooled)             │  {tracker.hr:.3f}" in text
     assert f"interactions = {len(users)}" in text
+
+
+# ---------------------------------------------------------------- the upload on the wire (format version 3)
+def test_gmf_upload_survives_the_sparse_update_record():
+    """A round's item-row upload encoded as SPARSE_UPDATE records (one per worker half of the clients) and
+    decoded gives the aggregator exactly the MF-FedAvg delta of the embedded round."""
+    from streamfl.aggregation.sparse import SparseRound, mf_fedavg
+    from streamfl.transport.format import SparseRoundUpdate, decode, encode
+    users, items, times = synthetic(n_users=10, per_user=6)
+    s = InteractionStream(users, items, times, 10, 150)
+    model = StreamingGMF(10, 150, StepSize("constant", eta=1.0), s.ever, tau=3, dim=4, seed=2)
+    (chunk,) = list(s.chunks(3))[:1]
+    for i in range(3):
+        model.test_then_train(chunk.X[i], chunk.y[i], i + 1, chunk.mask[i])
+    up = model.upload(np.full(10, 3))
+    r = up.sparse["item"]
+    parts = []
+    for half in (np.arange(0, 5), np.arange(5, 10)):             # two workers, clients 0-4 and 5-9
+        keep = np.isin(r.client, half)
+        sub = SparseRound(client=r.client[keep] - half[0], ids=r.ids[keep], rows=r.rows[keep], counts=r.counts[keep],
+                          n_samples=r.n_samples[half])
+        msg = decode(encode(SparseRoundUpdate.from_round(sub, round=1, worker=int(half[0] > 0), clients=half)))
+        back = msg.to_round()
+        parts.append((msg.clients[back.client], back))
+    merged = SparseRound(client=np.concatenate([c for c, _ in parts]), ids=np.concatenate([b.ids for _, b in parts]),
+                         rows=np.concatenate([b.rows for _, b in parts]),
+                         counts=np.concatenate([b.counts for _, b in parts]), n_samples=r.n_samples)
+    a, b = mf_fedavg(r), mf_fedavg(merged)
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_allclose(a.rows, b.rows, rtol=1e-15, atol=0)
+    assert int(r.counts.sum()) == 3 * 10 * 5          # 3 steps × 10 clients × (1 positive + 4 negatives)
