@@ -93,7 +93,8 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         slow = bottleneck_note(cfg.baselines)
         if slow:
             console.print(slow, soft_wrap=True)
-        view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau}", stream.n_steps, console=console, enabled=live,
+        learner = "FedNCF GMF" if cfg.learner.model == "gmf" else "FedSEA"
+        view = LiveView(f"{cfg.name}: {learner} τ={cfg.learner.tau}", stream.n_steps, console=console, enabled=live,
                         bottleneck=slow)
         with view:
             summary = run_experiment(cfg, out, on_chunk=view, plots=plots and cfg.output.plots, stream=stream)
@@ -167,7 +168,7 @@ def _print_summary(summary: dict, finished: bool = True):
         elif method:
             console.print(f"{key.replace('_', ' ')}: n/a{how}")
     for name, gap in summary.get("gaps", {}).items():
-        console.print(f"loss gap FedSEA − {name}: {gap:+.4f}")
+        console.print(f"loss gap {'FedNCF' if summary.get('model') == 'gmf' else 'FedSEA'} − {name}: {gap:+.4f}")
     reg = (summary.get("heterogeneity") or {}).get("regime") or {}
     if reg:
         verdict = {True: "helps", False: "does not help"}.get(reg.get("parallelisation_helps"),

@@ -229,7 +229,7 @@ def test_cli_run_from_a_temporary_folder(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "M = 10 clients (one per user), I = " in out.stdout
     assert "baselines tau1" not in out.stdout and "baselines local, centralized are not available" in out.stdout
-    assert "static regret (ESTIMATE)" in out.stdout
+    assert "static regret (ESTIMATE)" in out.stdout and "loss gap FedNCF − tau1: " in out.stdout
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["interactions"] == 59 and summary["config"]["source"]["path"] == str(tmp_path / "data")
     again = subprocess.run([str(exe), "report", "r"], cwd=tmp_path, capture_output=True, text=True,
