@@ -48,7 +48,6 @@ from numba import njit
 
 from .client_model import ClientModel, GlobalUpdate, ModelUpdate
 
-_MASK = (1 << 64) - 1
 EVAL, NEGATIVE, TIE = 1, 2, 3            # purposes of the counter-based draws
 
 
