@@ -93,7 +93,8 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         slow = bottleneck_note(cfg.baselines)
         if slow:
             console.print(slow, soft_wrap=True)
-        view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau}", stream.n_steps, console=console, enabled=live,
+        learner = "FedNCF GMF" if cfg.learner.model == "gmf" else "FedSEA"
+        view = LiveView(f"{cfg.name}: {learner} τ={cfg.learner.tau}", stream.n_steps, console=console, enabled=live,
                         bottleneck=slow)
         with view:
             summary = run_experiment(cfg, out, on_chunk=view, plots=plots and cfg.output.plots, stream=stream)
@@ -151,7 +152,14 @@ def _print_summary(summary: dict, finished: bool = True):
     console.print(f"run folder: {summary['run_dir']}", soft_wrap=True)
     tau = "never (local only)" if summary["tau"] is None else summary["tau"]
     console.print(f"T = {summary['n_steps']}, M = {summary['n_clients']}, τ = {tau}, rounds = {summary['rounds']}")
-    console.print(f"static regret: {summary['regret_static']:.4f}  [dim]({summary['regret_static_method']})[/dim]")
+    if summary.get("model") == "gmf":
+        comp = summary["comparator"]
+        console.print(f"prequential HR@10: {summary['prequential_hr10']:.4f} over {summary['interactions']:,} "
+                      f"interactions; BCE per interaction {summary['avg_loss_per_interaction']:.4f}")
+        console.print(f"offline fixed GMF (estimated comparator): HR@10 {comp['prequential_hr10']:.4f}, "
+                      f"BCE per interaction {comp['avg_loss_per_interaction']:.4f}")
+    est = " (ESTIMATE)" if summary.get("regret_static_is_estimate") else ""
+    console.print(f"static regret{est}: {summary['regret_static']:.4f}  [dim]({summary['regret_static_method']})[/dim]")
     for key in ("regret_expected", "regret_dynamic"):
         v, method = summary.get(key), summary.get(f"{key}_method")
         how = f"  [dim]({method})[/dim]" if method else ""
@@ -160,7 +168,7 @@ def _print_summary(summary: dict, finished: bool = True):
         elif method:
             console.print(f"{key.replace('_', ' ')}: n/a{how}")
     for name, gap in summary.get("gaps", {}).items():
-        console.print(f"loss gap FedSEA − {name}: {gap:+.4f}")
+        console.print(f"loss gap {'FedNCF' if summary.get('model') == 'gmf' else 'FedSEA'} − {name}: {gap:+.4f}")
     reg = (summary.get("heterogeneity") or {}).get("regime") or {}
     if reg:
         verdict = {True: "helps", False: "does not help"}.get(reg.get("parallelisation_helps"),
@@ -179,7 +187,8 @@ def _print_seeds(summary: dict):
                   soft_wrap=True)
     console.print(f"[dim]{summary['interval']}[/dim]")
     keys = ["regret_static", "regret_expected", "regret_dynamic", "regret_expected_virtual", "consensus_part",
-            "heterogeneity.regime.noise_term", "heterogeneity.regime.temporal_term"]
+            "heterogeneity.regime.noise_term", "heterogeneity.regime.temporal_term",
+            "prequential_hr10", "avg_loss_per_interaction", "comparator.prequential_hr10"]   # the last 3: gmf runs
     keys += [k for k in iv if k.startswith("gaps.")]
     for key in keys:
         r = iv.get(key)
@@ -205,9 +214,9 @@ def report(run_dir: Path = typer.Argument(..., help="A finished run folder (summ
             raise FileNotFoundError(f"{run_dir} is neither a run folder (no summary.json) nor a sweep folder "
                                     f"(no sweep.csv)")
         summary = _read_summary(summary_path)
-        from .report.plots import render_run       # matplotlib: only once the folder is known to be a run's
+        from .report.plots import render_ranking_run, render_run   # matplotlib: once the folder is a run's
         try:
-            paths = render_run(run_dir)
+            paths = render_ranking_run(run_dir) if summary.get("model") == "gmf" else render_run(run_dir)
         except (ValueError, KeyError, TypeError, IndexError, OSError) as e:
             metrics = run_dir / str(summary.get("metrics_file", "metrics.csv"))
             text = _message(e)
@@ -392,6 +401,9 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
     from .runtime.kafka_run import BrokerUnavailable, KafkaRunError, run_kafka_experiment
     from .runtime.live import LiveView
     from .transport.topics import check_broker
+    if cfg.learner.model == "gmf":              # before contacting the broker: nothing over Kafka can run it
+        from .transport.spec import kafka_unsupported
+        _fail(kafka_unsupported(cfg, None))
     try:
         check_broker(broker)
         if cfg.baselines:

@@ -311,7 +311,14 @@ class FileSource(TableSourceBase):
     thousands: Literal[",", "'", "_", " "] | None = None
 
 
-Source = Annotated[Union[SyntheticSource, RiverSynthSource, RiverDatasetSource, FileSource],
+class MovieLensSource(_Model):
+    """MovieLens 100K's ``u.data`` (or its folder) as an interaction stream: each user a client, its
+    interactions in timestamp order, one per step (streaming FedNCF; needs ``learner.model: gmf``)."""
+    kind: Literal["movielens"]
+    path: Path = Field(strict=False)
+
+
+Source = Annotated[Union[SyntheticSource, RiverSynthSource, RiverDatasetSource, FileSource, MovieLensSource],
                    Field(discriminator="kind")]
 
 
@@ -342,8 +349,19 @@ class CompressionConfig(_Model):
     bits: int = Field(ge=1, le=32)
 
 
+class GMFConfig(_Model):
+    """The streaming GMF client model (FedNCF, paper 003, §3.1 and §5.2 for the defaults)."""
+    dim: int = Field(12, ge=1)                   # D, embedding size
+    negatives: int = Field(4, ge=1)              # training negatives per arriving positive
+    eval_negatives: int = Field(100, ge=1)       # items each arriving positive is ranked against (HR@10)
+    init_std: float = Field(0.1, gt=0)           # std of the normal initial embeddings
+    item_rule: Literal["mf_fedavg", "fedavg", "simple_avg"] = "mf_fedavg"   # item-row aggregation
+
+
 class LearnerConfig(_Model):
-    """FedSEA's knobs."""
+    """FedSEA's knobs (and the client model: linear, or FedNCF's GMF for interaction streams)."""
+    model: Literal["linear", "gmf"] = "linear"
+    gmf: GMFConfig | None = None
     tau: int | None = Field(10, ge=1)
     step_size: StepSizeConfig = Field(default_factory=StepSizeConfig)
     batch_size: int = Field(1, ge=1)
@@ -431,6 +449,27 @@ class ExperimentConfig(_Model):
             raise ValueError(f"name: a run name has at most {NAME_MAX} characters (got {len(name)}: "
                              f"{name[:20]!r}…); the run folder is <name>-<timestamp>")
         return name
+
+    @model_validator(mode="after")
+    def _model_fits_source(self):
+        gmf, movielens = self.learner.model == "gmf", self.source.kind == "movielens"
+        if movielens and not gmf:
+            raise ValueError("learner.model: a movielens source is an interaction stream; set learner.model: gmf")
+        if gmf and not movielens:
+            raise ValueError(f"learner.model: gmf learns from interaction streams; set source.kind: movielens "
+                             f"(source.kind is {self.source.kind})")
+        if self.learner.gmf is not None and not gmf:
+            raise ValueError("learner.gmf: only learner.model gmf uses it; set learner.model: gmf or remove it")
+        if gmf:
+            lc = self.learner
+            if lc.tau is None:
+                raise ValueError("learner.tau: a gmf client keeps a round's item rows; set tau (e.g. 10)")
+            for field, bad in (("batch_size", lc.batch_size != 1), ("radius", lc.radius is not None),
+                               ("compression", lc.compression is not None)):
+                if bad:
+                    raise ValueError(f"learner.{field}: not available with learner.model gmf (one interaction per "
+                                     f"client and step, no projection, uncompressed sparse uploads); remove it")
+        return self
 
     @model_validator(mode="after")
     def _steps_for_generators(self):
@@ -591,7 +630,7 @@ def load_config(path: str | Path) -> ExperimentConfig:
                           f"is it the experiment's YAML file?")
     cfg = parse_config(data or {})
     src = cfg.source
-    if getattr(src, "kind", None) == "file" and not src.path.is_absolute():
+    if getattr(src, "kind", None) in ("file", "movielens") and not src.path.is_absolute():
         cfg = cfg.model_copy(update={"source": src.model_copy(update={"path": (path.parent / src.path).resolve()})})
     return cfg
 

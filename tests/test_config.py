@@ -96,7 +96,7 @@ def test_a_float_field_takes_an_integer():
 
 @pytest.mark.parametrize("data,message", [
     ({"source": {"task": "least_squares"}},
-     "config error: source.kind is required: one of synthetic, river_synth, river_dataset, file"),
+     "config error: source.kind is required: one of synthetic, river_synth, river_dataset, file, movielens"),
     ({"source": {"kind": "synthetic", "drift": [{"speed": 0.1}]}},
      "config error: source.drift.0.kind is required: one of abrupt, rotation, linear, periodic, random_walk, adaptive"),
     ({"source": {"kind": "file", "path": "t.csv", "label": "y", "inject": [{"start": 3}]}},

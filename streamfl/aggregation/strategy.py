@@ -76,3 +76,61 @@ class LocalOnly(Strategy):
 
     def aggregate(self, W, n_samples):
         return None
+
+
+class MFFedAvg(Strategy):
+    """FedNCF's server rule for a model with embedding tables (paper 003, §3.2–3.3).
+
+    Sparse tables (item embeddings): each touched row averaged over the
+    clients that updated it in the round (MF-FedAvg,
+    :func:`~streamfl.aggregation.sparse.mf_fedavg`), or, for comparison,
+    ``fedavg`` by samples / ``simple_avg`` (FedNCF's other two rules).
+    Dense weights (h, b): FedAvg over the clients that took part
+    (``weighting`` uniform or by samples), as :class:`FedAvg`.
+
+    ``aggregate`` takes a :class:`~streamfl.models.client_model.ModelUpdate`
+    and returns a :class:`~streamfl.models.client_model.GlobalUpdate` (the
+    global deltas of the sparse tables and the new dense weights), or
+    ``None`` when no client saw a sample in the round.
+
+    >>> import numpy as np
+    >>> from streamfl.aggregation.sparse import SparseRound
+    >>> from streamfl.models.client_model import ModelUpdate
+    >>> r = SparseRound(client=np.array([0]), ids=np.array([5]), rows=np.array([[0.007]]),
+    ...                 counts=np.array([1]), n_samples=np.array([150, 170]))
+    >>> u = ModelUpdate(sparse={"item": r}, dense={"h": np.array([[1.0], [3.0]])}, n_samples=np.array([150, 170]))
+    >>> g = MFFedAvg().aggregate(u, u.n_samples)
+    >>> float(g.sparse["item"].rows[0, 0]), g.dense["h"].tolist()     # the item moves as its one user moved it
+    (0.007, [2.0])
+    """
+
+    RULES = ("mf_fedavg", "fedavg", "simple_avg")
+
+    def __init__(self, weighting: str = "uniform", rule: str = "mf_fedavg"):
+        if weighting not in ("uniform", "samples"):
+            raise ValueError(f"The 'weighting' parameter of MFFedAvg must be 'uniform' or 'samples'. Got {weighting!r} instead.")
+        if rule not in self.RULES:
+            raise ValueError(f"The 'rule' parameter of MFFedAvg must be one of {list(self.RULES)}. Got {rule!r} instead.")
+        self.weighting, self.rule = weighting, rule
+
+    def aggregate(self, update, n_samples):
+        from ..models.client_model import GlobalUpdate
+        from .sparse import fedavg, mf_fedavg, simple_avg
+        n = np.asarray(n_samples)
+        taking_part = n > 0
+        if not taking_part.any():
+            return None
+        out = GlobalUpdate()
+        for name, r in update.sparse.items():
+            if self.rule == "mf_fedavg":
+                out.sparse[name] = mf_fedavg(r)
+            else:        # FedNCF's other rules average over the clients of the round (those that took part)
+                sub = type(r)(client=np.cumsum(taking_part)[r.client] - 1, ids=r.ids, rows=r.rows, counts=r.counts,
+                              n_samples=np.asarray(r.n_samples)[taking_part])
+                out.sparse[name] = fedavg(sub, "samples") if self.rule == "fedavg" else simple_avg(sub)
+        w = taking_part.astype(np.float64) if self.weighting == "uniform" else n.astype(np.float64)
+        for name, W in update.dense.items():
+            out.dense[name] = weighted_average(W, w)
+        out.nbytes = sum(8 * (v.ids.size * (1 + v.rows.shape[1])) for v in out.sparse.values()) + \
+            sum(8 * v.size for v in out.dense.values())
+        return out

@@ -44,6 +44,9 @@ def build_stream(cfg: ExperimentConfig):
         return RiverSynthStream(src.name, n_clients=src.clients, n_steps=cfg.steps, batch_size=b,
                                 seed=cfg.seed, params=src.params, shared_concept=src.shared_concept,
                                 standardize=src.standardize, standardize_label=src.standardize_label)
+    if src.kind == "movielens":
+        from ..generators.interactions import movielens_stream
+        return movielens_stream(src.path, max_steps=cfg.steps)
     from ..generators import inject as I
     from ..generators.tabular import TableStream, load_river_dataset, load_table_file
     if src.kind == "river_dataset":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .client_model import ClientModel
 from .kernels import LEAST_SQUARES, LOGISTIC, sgd_step
 from .losses import get_loss
 from .step_sizes import StepSize
@@ -30,8 +31,11 @@ def project_l2_ball(W: np.ndarray, radius: float | None) -> np.ndarray:
     return W
 
 
-class StackedLinear:
+class StackedLinear(ClientModel):
     """M linear models (one per client) updated by online SGD, all at once.
+
+    A :class:`~streamfl.models.client_model.ClientModel`: its upload is the
+    dense stack ``W`` (M, d, K) and it downloads one global model (d, K).
 
     Parameters
     ----------
@@ -71,6 +75,7 @@ class StackedLinear:
         self.step_size = step_size
         self.radius = radius
         K = n_classes if task == "softmax" else 1
+        self.n_clients = n_clients
         self.W = np.zeros((n_clients, n_features, K))
         self._kind = _KERNELS.get(task)
         self._all = np.ones(n_clients, dtype=np.bool_)
@@ -114,3 +119,11 @@ class StackedLinear:
         self.W -= self.step_size(t) * grad
         project_l2_ball(self.W, self.radius)
         return loss.mean(axis=1)
+
+    def upload(self, n_samples: np.ndarray) -> np.ndarray:
+        """The clients' models, (M, d, K) (the array itself: the server only reads it)."""
+        return self.W
+
+    def download(self, global_model: np.ndarray) -> None:
+        """Every client takes the global model (d, K): x_{t,m} ← x̄_t (FedSEA Algorithm 1)."""
+        self.W[:] = global_model

@@ -42,8 +42,16 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
     ----------
     stream : Stream
     learners : dict name -> learner
-        Each has ``step(X (M,b,d), y (M,b), t, mask) -> (M,)`` and ``models``.
-    tracker : RegretTracker
+        Each has ``step(X (M,b,d), y (M,b), t, mask) -> (M,)`` and ``models``
+        (the dense (M, d, K) models, or ``None`` for client models with
+        embedding tables, :mod:`streamfl.models.client_model`).
+    tracker : RegretTracker or RankingTracker
+        Receives ``update(chunk, losses, played)``; ``played`` holds the main
+        learner's models before each step, (n, M, d, K), or ``None`` when the
+        tracker sets ``wants_models = False``. A tracker that names
+        per-client observations in ``observes`` (e.g. ``("rank",)``) also gets
+        ``observed={name: (n, M, ...)}``, read from the main learner's client model
+        after each step (:meth:`~streamfl.models.client_model.ClientModel.observations`).
     main : str
         The learner whose played models go to the tracker.
     chunk_size : int
@@ -64,6 +72,8 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
     """
     M = stream.n_clients
     counted = hasattr(learners[main], "bytes_up")      # FedSEA counts its payload bytes (cumulative)
+    wants_models = getattr(tracker, "wants_models", True)
+    observes = tuple(getattr(tracker, "observes", ()))
     stamp = os.environ.get(FIRST_STEP_STAMP)
     for chunk in stream.chunks(chunk_size):
         if stamp:                    # start-up measurement (benchmarks/throughput.py): wall clock at step 1
@@ -73,15 +83,23 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
         n = chunk.n_steps
         losses = {name: np.empty((n, M)) for name in learners}
         up, down = np.zeros(n, np.int64), np.zeros(n, np.int64)
-        played = np.empty((n,) + learners[main].models.shape)
+        played = np.empty((n,) + learners[main].models.shape) if wants_models else None
+        observed = {}
         with np.errstate(over="ignore", invalid="ignore"):   # divergence is reported below, once
             for i in range(n):
                 t = chunk.t0 + i + 1
                 X, y = chunk.X[i], chunk.y[i]
                 mask = None if chunk.mask is None else chunk.mask[i]
-                played[i] = learners[main].models
+                if wants_models:
+                    played[i] = learners[main].models
                 for name, learner in learners.items():
                     losses[name][i] = learner.step(X, y, t, mask)
+                if observes:
+                    seen = learners[main].clients.observations()
+                    for key in observes:
+                        if key not in observed:          # (n, M, ...) in the observation's own dtype
+                            observed[key] = np.zeros((n,) + seen[key].shape, seen[key].dtype)
+                        observed[key][i] = seen[key]
                 if counted:
                     up[i], down[i] = learners[main].bytes_up, learners[main].bytes_down
                 if stream.adaptive:
@@ -93,6 +111,9 @@ def run_stream(stream, learners: dict, tracker, main: str, chunk_size: int = 256
                 raise DivergenceError(divergence_message(name, t))
         if counted and hasattr(tracker, "count_bytes"):
             tracker.count_bytes(up, down)
-        tracker.update(chunk, losses, played)
+        if observes:
+            tracker.update(chunk, losses, played, observed=observed)
+        else:
+            tracker.update(chunk, losses, played)
         if on_chunk is not None:
             on_chunk(tracker)

@@ -77,6 +77,28 @@ def build_learners(cfg: ExperimentConfig, stream) -> dict:
     return learners
 
 
+def build_gmf_learners(cfg: ExperimentConfig, stream) -> dict:
+    """Streaming FedNCF GMF learners (:class:`~streamfl.models.streaming_gmf.StreamingGMF` clients in the
+    engine's one :class:`Federated` learner, :class:`~streamfl.aggregation.MFFedAvg` server): the main
+    learner with τ = ``learner.tau`` and, if listed in ``baselines``, ``tau1`` (a round every step).
+    Every learner draws the same negatives (same seed)."""
+    from ..aggregation import MFFedAvg
+    from ..config import GMFConfig
+    from ..models.streaming_gmf import StreamingGMF
+    lc = cfg.learner
+    g = lc.gmf or GMFConfig()
+    eta = StepSize(lc.step_size.kind, lc.step_size.eta, lc.step_size.mu, lc.step_size.t0)
+
+    def clients(tau):
+        return StreamingGMF(stream.n_clients, stream.n_items, eta, stream.ever, tau, g.dim, g.negatives,
+                            g.eval_negatives, g.init_std, cfg.seed)
+
+    learners = {MAIN: Federated(clients(lc.tau), lc.tau, MFFedAvg(lc.weighting, g.item_rule))}
+    if "tau1" in cfg.baselines:
+        learners["tau1"] = Federated(clients(1), 1, MFFedAvg(lc.weighting, g.item_rule))
+    return learners
+
+
 def tracker_learner(cfg: ExperimentConfig) -> dict:
     """The main learner's η_t and τ, which the tracker's regime condition needs (both modes use it)."""
     lc = cfg.learner
@@ -179,6 +201,8 @@ def run_experiment(cfg: ExperimentConfig, run_dir: Path | None = None, on_chunk=
 
 def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> dict:
     stream = build_stream(cfg) if stream is None else stream
+    if cfg.learner.model == "gmf":
+        return _run_gmf(cfg, run_dir, on_chunk, plots, stream)
     learners = build_learners(cfg, stream)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     sink = MetricsSink(run_dir, cfg.output.format)
@@ -210,6 +234,53 @@ def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> 
         from ..report.plots import render_run
         summary["plots"] = [str(p) for p in render_run(run_dir)]
     return summary
+
+
+def _run_gmf(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream) -> dict:
+    """A streaming FedNCF run: the same engine loop, the ranking tracker (:mod:`streamfl.regret.ranking`)."""
+    from ..regret.ranking import RankingTracker
+    learners = build_gmf_learners(cfg, stream)
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    sink = MetricsSink(run_dir, cfg.output.format)
+    tracker = RankingTracker(stream, MAIN, list(learners), learners[MAIN].clients, sink=sink)
+    started = time.perf_counter()
+    cpu = time.process_time()
+    hook = (lambda tr: on_chunk(tr, stream)) if on_chunk else None
+    run_stream(stream, learners, tracker, MAIN, cfg.chunk_size, hook)
+    elapsed = time.perf_counter() - started
+    engine_cpu = time.process_time() - cpu - tracker.fit_seconds
+    sink.close()
+    summary = tracker.finalize()
+    _add_columns(sink.path, tracker.static_columns)
+    summary.update({
+        "main": MAIN, "model": "gmf", "n_clients": stream.n_clients, "n_items": stream.n_items,
+        "task": "bce (implicit feedback)", "n_steps": tracker.state.t, "tau": cfg.learner.tau,
+        "rounds": learners[MAIN].rounds, "elapsed_seconds": elapsed,
+        "engine_cpu_seconds": engine_cpu,
+        "samples_per_second": tracker.interactions / max(elapsed, 1e-9),
+        "bytes_up": learners[MAIN].bytes_up, "bytes_down": learners[MAIN].bytes_down,
+        "config": json.loads(cfg.model_dump_json()), "run_dir": str(run_dir),
+        "metrics_file": sink.path.name, "inputs": describe_inputs(cfg, stream), "chunk_size_used": cfg.chunk_size,
+        "bottleneck": None,
+    })
+    summary["gaps"] = {name: summary["cum_loss"][MAIN] - v for name, v in summary["cum_loss"].items() if name != MAIN}
+    (run_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2))
+    if cfg.output.plots if plots is None else plots:
+        from ..report.plots import render_ranking_run
+        summary["plots"] = [str(p) for p in render_ranking_run(run_dir)]
+    return summary
+
+
+def _add_columns(path: Path, columns) -> None:
+    """Append end-of-run columns (one value per step, in order) to a finished metrics file."""
+    import pandas as pd
+    frame = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+    for name in columns:
+        frame[name] = columns[name].to_numpy()
+    if path.suffix == ".csv":
+        frame.to_csv(path, index=False, float_format="%.10g")
+    else:
+        frame.to_parquet(path, index=False)
 
 
 def _jsonable(obj):

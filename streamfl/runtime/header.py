@@ -23,6 +23,8 @@ def _source_text(src) -> str:
         return "synthetic SEA adversary"
     if src.kind == "river_synth":
         return f"River generator {src.name}"
+    if src.kind == "movielens":
+        return f"MovieLens interactions {src.path}"
     if src.kind == "river_dataset":
         return f"River data set {src.name}"
     return f"file {src.path}"
@@ -70,6 +72,8 @@ def describe_inputs(cfg, stream) -> dict:
         task = {"value": stream.task, "source": "config" if "task" in src.model_fields_set else "default",
                 "rule": None}
     notes = list(stream.notes_)
+    if cfg.learner.model == "gmf":
+        notes.extend(gmf_notes(cfg, stream))
     rows = None
     if hasattr(stream, "n_rows_"):
         dropped, beyond = int(stream.n_dropped_), int(stream.n_truncated_)
@@ -77,6 +81,16 @@ def describe_inputs(cfg, stream) -> dict:
                 "dropped_incomplete_batches": dropped, "beyond_steps": beyond}
         if cfg.steps is not None and stream.n_steps < cfg.steps:
             notes.append(f"the table gives T = {_count(stream.n_steps, 'step')}, fewer than steps: {cfg.steps}")
+    if getattr(stream, "kind", None) == "interactions":
+        return {"source": _source_text(src),
+                "shape": {"n_steps": int(stream.n_steps), "n_clients": int(stream.n_clients),
+                          "n_items": int(stream.n_items), "batch_size": 1},
+                "task": {"value": "implicit feedback: binary cross-entropy on positives and sampled negatives "
+                                  "(learner.model gmf)", "source": "config", "rule": None},
+                "columns": [], "rows": {"read": int(stream.n_interactions_), "streamed": int(stream.n_streamed_),
+                                        "dropped_incomplete_batches": 0,
+                                        "beyond_steps": int(stream.n_interactions_ - stream.n_streamed_)},
+                "idle_clients": list(stream.idle_clients_), "notes": notes}
     return {
         "source": _source_text(src),
         "shape": {"n_steps": int(stream.n_steps), "n_clients": int(stream.n_clients),
@@ -88,6 +102,27 @@ def describe_inputs(cfg, stream) -> dict:
         "idle_clients": list(getattr(stream, "idle_clients_", [])),
         "notes": notes,
     }
+
+
+def gmf_notes(cfg, stream) -> list[str]:
+    """What a streaming GMF run decides beyond the config (the header and summary.json say it)."""
+    from ..config import GMFConfig
+    g = cfg.learner.gmf or GMFConfig()
+    out = [f"client model: GMF (FedNCF), D = {g.dim}, user embeddings private; item rows aggregated every τ = "
+           f"{cfg.learner.tau} steps with {g.item_rule}, h and b with FedAvg ({cfg.learner.weighting})"
+           + ("" if cfg.learner.gmf is not None else " (learner.gmf not given: defaults)"),
+           f"loss: mean BCE over each arriving positive and {g.negatives} training negatives drawn uniformly from "
+           f"the items the user has not interacted with so far (with replacement)",
+           f"prequential HR@10: each arriving positive ranked by the played model against {g.eval_negatives} "
+           f"distinct items the user never interacts with in the recorded stream, ties broken at random",
+           "regret: against an ESTIMATED comparator, the fixed GMF trained offline on the recorded stream "
+           "(GMF is non-convex: the true best fixed model is unknown)",
+           "the linear tracker's heterogeneity, decomposition and regime figures do not apply to GMF: not computed"]
+    dropped = [b for b in cfg.baselines if b != "tau1"]
+    if dropped:
+        out.append(f"baselines {', '.join(dropped)} are not available with learner.model gmf (only tau1): "
+                   f"run without them")
+    return out
 
 
 def _names(names: list[str], limit: int = 12) -> str:
@@ -128,6 +163,13 @@ def header_lines(inputs: dict) -> list[str]:
     note: 1 row not streamed
     """
     sh = inputs["shape"]
+    if "n_items" in sh:                   # an interaction stream (streaming FedNCF)
+        lines = [f"input: {inputs['source']} → T = {_count(sh['n_steps'], 'step')}, "
+                 f"M = {_count(sh['n_clients'], 'client')} (one per user), I = {_count(sh['n_items'], 'item')}, "
+                 f"one interaction per client and step"]
+        lines.append(f"task: {inputs['task']['value']}")
+        lines.extend(f"note: {n}" for n in inputs["notes"])
+        return lines
     lines = [f"input: {inputs['source']} → T = {_count(sh['n_steps'], 'step')}, "
              f"M = {_count(sh['n_clients'], 'client')}, d = {_count(sh['n_features'], 'feature')}"
              + (" incl. an intercept" if sh.get("intercept") else "") + f", b = {sh['batch_size']}"]

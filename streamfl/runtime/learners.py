@@ -66,13 +66,24 @@ def bottleneck_note(baselines) -> str | None:
 class Federated:
     """FedSEA: clients run online SGD; every τ steps the strategy averages.
 
+    The one federated learner of the engine, for every client model
+    (:class:`~streamfl.models.client_model.ClientModel`): at each step the
+    clients test-then-train; every τ steps they upload
+    (:meth:`~streamfl.models.client_model.ClientModel.upload`), the strategy
+    aggregates and the clients download the result. Linear models upload
+    their dense (M, d, K) stack (FedSEA, FedAvg); FedNCF's GMF uploads sparse
+    item rows and dense weights (:class:`~streamfl.aggregation.strategy.MFFedAvg`).
+
     Parameters
     ----------
-    clients : StackedLinear
+    clients : ClientModel
+        e.g. :class:`StackedLinear` or :class:`~streamfl.models.streaming_gmf.StreamingGMF`.
     tau : int or None
         τ, the averaging period in steps; ``None`` never communicates.
     strategy : Strategy
         Defaults to :class:`FedAvg` (uniform average, FedSEA's rule).
+    compressor : Compressor or None
+        Compresses dense uploads (linear models only).
 
     Examples
     --------
@@ -89,7 +100,7 @@ class Federated:
         self.clients = clients
         self.tau = tau
         self.strategy = strategy or (FedAvg() if tau is not None else LocalOnly())
-        self.seen = np.zeros(clients.W.shape[0])
+        self.seen = np.zeros(clients.n_clients)
         self.full_steps = 0
         self.rounds = 0
         self.compressor, self.seed = compressor, seed
@@ -98,8 +109,9 @@ class Federated:
         self._global = clients.W[0].copy() if compressor is not None else None
 
     @property
-    def models(self) -> np.ndarray:
-        return self.clients.W
+    def models(self) -> np.ndarray | None:
+        """The clients' current dense models (M, d, K); ``None`` for models with embedding tables."""
+        return getattr(self.clients, "W", None)
 
     def step(self, X, y, t, mask=None):
         losses = self.clients.test_then_train(X, y, t, mask)
@@ -109,10 +121,10 @@ class Federated:
             self.seen += X.shape[1] * mask
         if self.tau is not None and t % self.tau == 0:
             seen = self.seen + self.full_steps * X.shape[1]
-            uploaded = self._upload(seen) if self.tau is not None else self.clients.W
+            uploaded = self._upload(seen)
             global_model = self.strategy.aggregate(uploaded, seen)
             if global_model is not None:
-                self.clients.W[:] = global_model
+                self.clients.download(global_model)
                 self._broadcast(global_model)
             self.seen[:] = 0
             self.full_steps = 0
@@ -132,7 +144,10 @@ class Federated:
         (seed, m + 1, round); the server decodes and averages x̄_prev + Ĉ(·).
         """
         from ..compression import NoCompression, dither_key
-        W = self.clients.W
+        W = self.clients.upload(seen)
+        if not isinstance(W, np.ndarray):          # a ModelUpdate (sparse rows): it counts its own payload
+            self.bytes_up += int(W.nbytes)
+            return W
         if self.compressor is None:
             # every model has the same shape, so every float64 payload has the same length (fixed header,
             # 8 bytes per value): one payload is encoded and counted once per client taking part
@@ -150,6 +165,9 @@ class Federated:
     def _broadcast(self, global_model: np.ndarray) -> None:
         """The server sends the new global model (d, K) to each of the M clients as float64; bytes counted."""
         from ..compression import NoCompression
+        if not isinstance(global_model, np.ndarray):      # a GlobalUpdate: its payload goes to every client
+            self.bytes_down += self.clients.n_clients * int(global_model.nbytes)
+            return
         self.bytes_down += self.clients.W.shape[0] * len(NoCompression("float64").encode(np.zeros(global_model.shape)))
         if self._global is not None:
             self._global = np.array(global_model, copy=True)

@@ -230,8 +230,9 @@ def run_seeds(cfg, out: Path | None = None, n: int | None = None, console=None, 
         (root / "config.yaml").write_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
         merged = summarize_seeds(summaries, dirs, root, cfg)
         if want_plots:
-            from ..report.plots import render_run
-            merged["plots"] = [str(p) for p in render_run(root)]
+            from ..report.plots import render_ranking_run, render_run
+            render = render_ranking_run if cfg.learner.model == "gmf" else render_run
+            merged["plots"] = [str(p) for p in render(root)]
         return merged
     except BaseException:
         undo()                  # only what this run created: a pre-existing --out folder stays
