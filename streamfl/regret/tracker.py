@@ -75,6 +75,24 @@ from .regime import RegimeTerms, literal_condition
 
 NOISE_EVERY, NOISE_CLIENTS = 64, 8   # logistic σ²: every 64th step, on 8 rotating clients (quadrature cost)
 
+_POOLS = None
+
+
+def one_blas_thread():
+    """A context in which BLAS (numpy's and scipy's OpenBLAS) uses one thread.
+
+    The tracker's matrix products are small (d ≤ a few hundred, a chunk of
+    rows): a second BLAS thread costs more in hand-offs and spinning than it
+    saves, and on a shared 2-core machine it took up to a third of a run's
+    CPU time (L-BFGS-B's own small BLAS calls waited on the spinning threads).
+    The learning loop is compiled code and is not affected.
+    """
+    global _POOLS
+    if _POOLS is None:
+        from threadpoolctl import ThreadpoolController
+        _POOLS = ThreadpoolController()
+    return _POOLS.limit(limits=1, user_api="blas")
+
 
 @dataclass
 class LiveState:
@@ -215,7 +233,7 @@ class RegretTracker:
         self._comm = (up, down)
 
     def update(self, chunk, losses: dict, models: np.ndarray, comm=None) -> pd.DataFrame:
-        """Count one chunk of steps.
+        """Count one chunk of steps (BLAS on one thread meanwhile, :func:`one_blas_thread`).
 
         Parameters
         ----------
@@ -250,6 +268,10 @@ class RegretTracker:
           squares), ``client<m>_regret_expected`` (synthetic least squares),
           ``client<m>_regret_dynamic`` (synthetic).
         """
+        with one_blas_thread():
+            return self._update(chunk, losses, models, comm)
+
+    def _update(self, chunk, losses, models, comm):
         n = chunk.n_steps
         c = chunk.weights()
         present = np.ones((n, self.M), bool) if chunk.mask is None else chunk.mask
@@ -639,8 +661,12 @@ class RegretTracker:
         values}) with ``client_regret_spread`` ({comparator: min, median,
         max}), the heterogeneity summary, ``client_steps`` (steps each client
         was present, (M,)) and ``client_last_step`` (its last such step t, 0
-        if none).
+        if none). BLAS runs on one thread meanwhile (:func:`one_blas_thread`).
         """
+        with one_blas_thread():
+            return self._finalize()
+
+    def _finalize(self) -> dict:
         st = self.state
         out = {"t": st.t, "cum_loss": dict(st.cum_loss),
                "regret_static": st.regret.get("static"),
