@@ -171,10 +171,24 @@ def _radial_sum(tau, kernel, weights):
     return out
 
 
+_UNIQUE_FROM = 64   # from this many points, the quadrature runs once per distinct τ
+
+
 def _radial(tau, kernel, weights) -> np.ndarray:
-    """:func:`_radial_sum` for τ of any shape (float64 array of the same shape)."""
+    """:func:`_radial_sum` for τ of any shape (float64 array of the same shape).
+
+    The quadrature (315 nodes per point) runs once per *distinct* τ: the
+    tracker evaluates κ at every client optimum of every step, and optima
+    that share a norm (a stationary stream, a rotation, abrupt drift between
+    fixed points) share τ. Bit-identical to evaluating every point; the
+    extra sort costs O(n log n), small against 315 kernel calls per point.
+    """
     tau = np.asarray(tau, dtype=np.float64)
-    return _radial_sum(tau.ravel(), kernel, weights).reshape(tau.shape)
+    flat = tau.ravel()
+    if flat.size < _UNIQUE_FROM:
+        return _radial_sum(flat, kernel, weights).reshape(tau.shape)
+    u, inv = np.unique(flat, return_inverse=True)
+    return _radial_sum(u, kernel, weights)[inv.reshape(-1)].reshape(tau.shape)
 
 
 def _kappa(tau: np.ndarray) -> np.ndarray:
@@ -517,6 +531,21 @@ class LeastSquaresPopulation(_Population):
         s = self._s(scale)
         return (s ** 2 if scale is None else (s ** 2)[..., None]) * (x - w)
 
+    def grad_coefficients(self, x_norm, w_norm, scale=None):
+        """(α, β) with ∇F(x) = α x − β w: here α = β = s².
+
+        Parameters
+        ----------
+        x_norm, w_norm : ndarray (...) — ‖x‖ and ‖w‖ (unused: the gradient is linear).
+        scale : ndarray (...) or None — per-point feature scale.
+
+        Returns
+        -------
+        two float64 ndarrays of the broadcast shape of the inputs.
+        """
+        s2 = np.broadcast_to(np.square(self._s(scale)), np.broadcast_shapes(np.shape(x_norm), np.shape(w_norm)))
+        return s2, s2
+
     def grad_noise(self, x, w, scale=None, noise=None) -> np.ndarray:
         """Per-sample gradient noise E‖∇f(x, ξ) − ∇F(x)‖² (FedSEA eq. (8)).
 
@@ -782,6 +811,21 @@ class LogisticPopulation(_Population):
         kx = _kappa(s * _norm(x)[..., None])
         kw = _kappa(s * _norm(w)[..., None])
         return s * s * (kx * x - kw * w)
+
+    def grad_coefficients(self, x_norm, w_norm, scale=None):
+        """(α, β) with ∇F(x) = α x − β w: α = s² κ(s‖x‖), β = s² κ(s‖w‖) (see :meth:`grad`).
+
+        Parameters
+        ----------
+        x_norm, w_norm : ndarray (...) — ‖x‖ and ‖w‖, broadcastable.
+        scale : ndarray (...) or None — per-point feature scale s.
+
+        Returns
+        -------
+        two float64 ndarrays (α of x_norm's shape broadcast with scale, β of w_norm's).
+        """
+        s = self._s(scale)
+        return s * s * _kappa(s * np.asarray(x_norm, float)), s * s * _kappa(s * np.asarray(w_norm, float))
 
     def grad_noise(self, x, w, scale=None) -> np.ndarray:
         """Per-sample gradient noise E‖∇f(x, ξ) − ∇F(x)‖² (FedSEA eq. (8)).
