@@ -119,7 +119,7 @@ QUICK_CONFIGS = [
 # ----------------------------------------------------------------------- configs
 
 def make_config(task: str, M: int, d: int, K: int, eta: float, steps: int, tau: int = 10,
-                baselines: tuple = (), out_dir: str = "runs", chunk_size: int = 256):
+                baselines: tuple = (), out_dir: str = "runs", chunk_size: int = 256, tracker: dict | None = None):
     """The benchmark's experiment: a stationary synthetic stream (ζ = 0, no drift), FedSEA τ, constant η."""
     from streamfl.config import ExperimentConfig
 
@@ -132,6 +132,8 @@ def make_config(task: str, M: int, d: int, K: int, eta: float, steps: int, tau: 
            "learner": {"tau": tau, "step_size": {"kind": "constant", "eta": eta}},
            "baselines": list(baselines), "chunk_size": chunk_size,
            "output": {"dir": out_dir, "plots": False}}
+    if tracker:
+        raw["tracker"] = dict(tracker)
     return ExperimentConfig.model_validate(raw)
 
 
@@ -532,6 +534,46 @@ def child_torch(spec: dict) -> dict:
     return out
 
 
+def child_refit(spec: dict) -> dict:
+    """Live logistic static estimate: refit period k against CPU time and error (reference shape, one T).
+
+    For each k, one whole run (same seed, so only the refit cadence differs):
+    the CPU seconds of the process for the run, the number of refits, and the
+    relative error |live − exact| / |exact| of the live static regret
+    (metrics.csv) against the exact values ``finalize`` computes on the
+    checkpoint grid (``static_checkpoints``), median and maximum over the
+    checkpoints t ≥ 256, and at the checkpoint before T (T itself is always a
+    refit step).
+    """
+    import pandas as pd
+
+    task, M, d, K, eta, T = spec["task"], spec["M"], spec["d"], spec["K"], spec["eta"], spec["steps"]
+    tmp = Path(tempfile.mkdtemp(prefix="streamfl-bench-refit-"))
+    whole_run(make_config(task, M, d, K, eta, 32, out_dir=str(tmp)), tmp / "warm")      # untimed warm-up
+    out = {"steps": T, "rows": []}
+    for k in spec["periods"]:
+        cfg = make_config(task, M, d, K, eta, T, out_dir=str(tmp), tracker={"refit_every": k})
+        from streamfl.regret.comparators import is_refit_step
+        c0 = time.process_time()
+        sec, summary = whole_run(cfg, tmp / f"k{k}")
+        cpu = time.process_time() - c0
+        frame = pd.read_csv(tmp / f"k{k}" / "metrics.csv", usecols=["t", "regret_static"]).set_index("t")
+        errs = []
+        for t, exact in summary["static_checkpoints"]:
+            if t >= 256 and t < T:
+                errs.append(abs(frame.loc[t, "regret_static"] - exact) / abs(exact))
+        out["rows"].append({"refit_every": k, "refits": sum(is_refit_step(t, k) or t == T for t in range(1, T + 1)),
+                            "cpu_seconds": cpu, "wall_seconds": sec, "streaming_seconds": summary["elapsed_seconds"],
+                            "median_rel_error": float(np.median(errs)) if errs else float("nan"),
+                            "max_rel_error": float(np.max(errs)) if errs else float("nan"),
+                            "last_checkpoint_rel_error": float(errs[-1]) if errs else float("nan"),
+                            "checkpoints": len(errs)})
+        shutil.rmtree(tmp / f"k{k}", ignore_errors=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
 def child_per_sample(spec: dict) -> dict:
     """Learning-loop rates of the per-sample Python learners and the default learner set."""
     from streamfl.generators.build import build_stream
@@ -610,7 +652,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-cap-gb", type=float, default=6.0, help="address-space cap of the many-clients children")
     p.add_argument("--startup-repeats", type=int, default=None, help="start-up runs (default 5)")
     p.add_argument("--skip", default="", help="comma list of sections to skip: configs,scale,memory,torch,"
-                                             "per-sample,startup")
+                                             "per-sample,startup,refit")
+    p.add_argument("--refit-steps", type=int, default=None, help="T of the refit trade-off runs (default 8192)")
+    p.add_argument("--refit-periods", default=None, help="refit periods k to compare (default 256,1024,4096)")
     p.add_argument("--whole-min-steps", type=int, default=None,
                    help="fewest steps of a timed whole run (default 512, two chunks; 16 with --quick)")
     p.add_argument("--only", default="", help="run only the configurations whose name contains this text")
@@ -624,7 +668,8 @@ def main(argv: list[str] | None = None) -> int:
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         spec = json.loads(args.child)
         kind = spec.get("kind", "config")
-        fn = {"config": child_config, "torch": child_torch, "per_sample": child_per_sample}[kind]
+        fn = {"config": child_config, "torch": child_torch, "per_sample": child_per_sample,
+              "refit": child_refit}[kind]
         try:
             print(json.dumps(fn(spec)))
         except MemoryError:
@@ -758,6 +803,26 @@ def main(argv: list[str] | None = None) -> int:
                    ("river (one River LogisticRegression per client; library reference)", fmt_rate(r["river"])),
                    ("default set: FedSEA tau=10 + tau1 + local + centralized", fmt_rate(r["default_set"]))],
                   ("learner", "client-samples/s (of the stream)"))
+
+    if "refit" not in skip:
+        name, task, M, d, K, eta = (QUICK_CONFIGS if quick else CONFIGS)[0]
+        periods = [int(x) for x in (args.refit_periods or ("16,64" if quick else "256,1024,4096")).split(",") if x]
+        T = args.refit_steps or (300 if quick else 8192)
+        r = run_child({"kind": "refit", "name": "refit", "task": task, "M": M, "d": d, "K": K, "eta": eta,
+                       "steps": T, "periods": periods})
+        res["refit"] = r
+        print(f"\n== live static estimate (logistic reservoir): refit period vs CPU and error, {task} M={M} d={d} "
+              f"T={T:,} (one run each, same seed) ==")
+        if "error" in r:
+            print("error: " + r["error"])
+        else:
+            table([(f"{x['refit_every']:,}", f"{x['refits']}", f"{x['cpu_seconds']:.2f}", f"{x['streaming_seconds']:.2f}",
+                    f"{x['median_rel_error']:.2e}", f"{x['max_rel_error']:.2e}", f"{x['last_checkpoint_rel_error']:.2e}")
+                   for x in r["rows"]],
+                  ("refit every k steps", "refits", "whole run CPU s", "streaming wall s",
+                   "median rel. error", "max rel. error", "rel. error, last checkpoint < T"))
+            print(f"error = |live - exact| / |exact| of the static regret at the checkpoints t >= 256 "
+                  f"({r['rows'][0]['checkpoints']} of them; exact = finalize's solve over the recorded stream)")
 
     if "startup" not in skip:
         r = measure_startup(args.startup_repeats or (2 if quick else 5), quick)

@@ -146,3 +146,41 @@ def test_chunks_are_capped_by_their_feature_count():
     S.n_clients = 64
     S.n_features = 100
     assert effective_chunk_size(256, S) == 256
+
+
+def _logistic_run(T, chunk, **kw):
+    stream = SyntheticStream("logistic", n_clients=3, n_features=4, n_steps=T, batch_size=2, heterogeneity=0.5,
+                             seed=3)
+    step = StepSize("constant", eta=0.05)
+    frames = []
+    tr = RegretTracker(stream, "fedsea", ["fedsea"], sink=frames.append, step_size=step, tau=2,
+                       reservoir_size=64, **kw)
+    run_stream(stream, {"fedsea": Federated(StackedLinear(3, 4, "logistic", step), 2)}, tr, "fedsea",
+               chunk_size=chunk)
+    return tr, pd.concat(frames, ignore_index=True), tr.finalize()
+
+
+def test_reservoir_refit_period_rule_and_statement():
+    from streamfl.regret.comparators import is_refit_step, refit_points
+    assert [t for t in range(1, 3000) if is_refit_step(t, 1024)] == [16, 32, 64, 128, 256, 512, 1024, 2048]
+    assert [t for t in range(1, 600) if is_refit_step(t, 256)] == [16, 32, 64, 128, 256, 512]   # the former rule
+    assert [t for t in range(1, 40) if is_refit_step(t, 10)] == [10, 20, 30]
+    assert refit_points(0, 600, 1024) == [16, 32, 64, 128, 256, 512, 600]
+    tr, frame, out = _logistic_run(700, 100, refit_every=256)
+    assert out["regret_static_live_method"] == (
+        "estimate on a reservoir of samples refitted (L-BFGS, warm-started) at steps 16, 32, 64, 128, every 256 "
+        "steps (tracker.refit_every) and T; between refits the last fit's estimate; exact at the end of the run")
+    assert tr.refit_every == 256
+
+
+def test_reservoir_refit_period_changes_live_values_only_not_with_chunking():
+    _, a, exact_a = _logistic_run(700, 100, refit_every=64)
+    _, b, exact_b = _logistic_run(700, 33, refit_every=64)
+    _, c, exact_c = _logistic_run(700, 100, refit_every=1024)
+    np.testing.assert_allclose(a["regret_static"].to_numpy(), b["regret_static"].to_numpy(), rtol=1e-10)
+    # the same estimate up to the first refit that differs, t = 192 (16, …, 128 are refits of both);
+    # a refit after step t is used from step t + 1 on
+    np.testing.assert_array_equal(a["regret_static"][:192].to_numpy(), c["regret_static"][:192].to_numpy())
+    assert a["regret_static"][192] != c["regret_static"][192]
+    assert exact_a["regret_static"] == exact_c["regret_static"]       # the exact end value does not depend on k
+    assert exact_a["regret_static"] == pytest.approx(exact_b["regret_static"], rel=1e-12)

@@ -446,18 +446,36 @@ class ReservoirHindsight:
         return estimate
 
 
+def is_refit_step(t: int, every: int) -> bool:
+    """Whether the reservoir is refitted at step t: t = 16, 32, 64, … below ``every``, or t a multiple of it.
+
+    Absolute step numbers, so the live estimate does not depend on chunking.
+
+    >>> [t for t in range(1, 3000) if is_refit_step(t, 1024)]
+    [16, 32, 64, 128, 256, 512, 1024, 2048]
+    """
+    every = max(1, int(every))
+    if t % every == 0:
+        return True
+    return 16 <= t < every and t & (t - 1) == 0
+
+
 def refit_points(t0: int, n: int, every: int = 256) -> list[int]:
     """Offsets (1..n) inside steps t0+1..t0+n after which the reservoir is refitted.
 
-    Refits happen at steps 16, 32, 64, 128 and then every ``every`` steps, on
-    absolute step numbers, so the live estimate does not depend on chunking.
+    Refits happen at steps 16, 32, 64, … (powers of two below ``every``) and
+    then every ``every`` steps (:func:`is_refit_step`), on absolute step
+    numbers, so the live estimate does not depend on chunking. The last
+    offset n closes the segment (a refit only if it is a mark).
 
     >>> refit_points(0, 300)
     [16, 32, 64, 128, 256, 300]
     >>> refit_points(300, 300)
     [212, 300]
+    >>> refit_points(0, 600, every=1024)
+    [16, 32, 64, 128, 256, 512, 600]
     """
-    marks = [t for t in (16, 32, 64, 128) if t0 < t <= t0 + n]
+    marks = [t for t in (1 << k for k in range(4, 63)) if t < every and t0 < t <= t0 + n]
     first = max(every, (t0 // every + 1) * every)
     marks += list(range(first, t0 + n + 1, every))
     points = sorted(m - t0 for m in set(marks))

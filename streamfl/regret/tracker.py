@@ -51,8 +51,9 @@ in the run folder, and deleted by :meth:`finalize`):
   product per segment), warm values O(M b d), an exact solve O(M d³) every
   ``refresh_every`` steps (:class:`LeastSquaresHindsight`); per-client d×d
   statistics only within ``memory_budget_mb``;
-* logistic/softmax static comparator: reservoir refits every 256 steps
-  (L-BFGS over R samples), spool writes O(M b d) per step; at the end one
+* logistic/softmax static comparator: reservoir refits every ``refit_every``
+  steps (1024 by default; L-BFGS over R samples, warm-started), spool writes
+  O(M b d) per step; at the end one
   solver run over the spool per checkpoint and one per client (up to
   ``client_hindsight_max`` clients), each O(T M b d) per iteration.
 """
@@ -68,7 +69,8 @@ import numpy as np
 import pandas as pd
 
 from .fastquad import kappa_unique, softplus_mean
-from .comparators import LeastSquaresHindsight, ReservoirHindsight, quadratic_min, refit_points, solve_hindsight
+from .comparators import (LeastSquaresHindsight, ReservoirHindsight, is_refit_step, quadratic_min, refit_points,
+                          solve_hindsight)
 from .heterogeneity import RunningMean, client_gradients, empirical_estimates, population_estimates
 from .regime import RegimeTerms, literal_condition
 
@@ -76,6 +78,7 @@ from .regime import RegimeTerms, literal_condition
 NOISE_EVERY, NOISE_CLIENTS = 64, 8   # logistic σ²: every 64th step, on 8 rotating clients (quadrature cost)
 
 _POOLS = None
+CLIENT_GATHER_BYTES = 256 * 2**20   # finalize: a client's recorded features read once per solve up to this size
 
 
 def one_blas_thread():
@@ -148,7 +151,8 @@ class RegretTracker:
     def __init__(self, stream, main: str, learners: list[str], radius: float | None = None,
                  sink=None, spool_dir: str | None = None, reservoir_size: int = 4096, seed: int = 0,
                  client_columns: bool = True, step_size=None, tau: int | None = None,
-                 refresh_every: int | None = None, memory_budget_mb: float = 512.0, client_hindsight_max: int = 4096):
+                 refresh_every: int | None = None, memory_budget_mb: float = 512.0, client_hindsight_max: int = 4096,
+                 refit_every: int = 1024):
         self.M, self.d, self.b = stream.n_clients, stream.n_features, stream.batch_size
         self.task, self.K = stream.task, (stream.n_classes if stream.task == "softmax" else 1)
         self.population = stream.population
@@ -166,6 +170,7 @@ class RegretTracker:
         self.checkpoints = set(np.unique(np.geomspace(max(1, T / 2**15), T, 16).astype(int)).tolist())
         # auto: every step while a solve is cheap (d ≤ 16), else every 1024 steps
         self.refresh_every = max(1, int(refresh_every)) if refresh_every else (1 if self.d <= 16 else 1024)
+        self.refit_every = max(1, int(refit_every))        # logistic/softmax reservoir refits
         self.memory_budget_mb = float(memory_budget_mb)
         self.client_hindsight_max = int(client_hindsight_max)
         self.notes = []
@@ -306,9 +311,9 @@ class RegretTracker:
         else:
             comp = np.empty(n)
             start = 0
-            for stop in refit_points(chunk.t0, n):
+            for stop in refit_points(chunk.t0, n, self.refit_every):
                 marks = chunk.t0 + stop
-                refit = marks in (16, 32, 64, 128) or marks % 256 == 0 or marks == self.T
+                refit = is_refit_step(marks, self.refit_every) or marks == self.T
                 part = chunk.slice(start, stop)
                 comp[start:stop] = self.reservoir.update(part.X, part.y, c[start:stop],
                                                          losses[self.main][start:stop], refit)
@@ -561,8 +566,11 @@ class RegretTracker:
             return (f"exact at steps t ≤ 16, powers of two, every {k} steps (tracker.refresh_every), the "
                     f"checkpoints and T; in between the last exact minimiser's loss (an upper bound on the "
                     f"comparator, so a live regret ≤ the exact one)")
-        return ("estimate on a reservoir of samples refitted at steps 16, 32, 64, 128 and every 256 steps; "
-                "exact at the end of the run")
+        k = self.refit_every
+        powers = ", ".join(str(1 << i) for i in range(4, 63) if (1 << i) < k)
+        return (f"estimate on a reservoir of samples refitted (L-BFGS, warm-started) at steps "
+                f"{powers + ', ' if powers else ''}every {k} steps (tracker.refit_every) and T; between refits "
+                f"the last fit's estimate; exact at the end of the run")
 
     def smoothness(self) -> float:
         """L: the population's, or estimated from the running second moment of
@@ -631,9 +639,15 @@ class RegretTracker:
         if client is not None:
             # rows are ordered (t, m, b): client m's rows of every step; weight 1/b when present
             M, b = self.M, self.b
-            Xc = X[:N].reshape(-1, M, b, d)[:, client].reshape(-1, d)
+            Xc = X[:N].reshape(-1, M, b, d)[:, client]
             yc = y[:N].reshape(-1, M, b)[:, client].reshape(-1)
             wc = (w[:N].reshape(-1, M, b)[:, client].reshape(-1) > 0) / b
+            if Xc.nbytes <= CLIENT_GATHER_BYTES:
+                # one gather of the client's strided rows per solve, not one per objective evaluation
+                Xc = np.ascontiguousarray(Xc).reshape(-1, d)
+                block_rows = max(1, len(yc))
+            else:
+                Xc = Xc.reshape(-1, d)
 
             def client_blocks():
                 for i in range(0, len(yc), block_rows):
