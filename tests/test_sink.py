@@ -22,10 +22,12 @@ def _frame(n, seed):
 
 def test_block_equals_pandas_to_csv():
     for seed, n in ((0, 1), (1, 300), (2, 0)):
-        frame = _frame(n, seed)
-        for header in (True, False):
-            want = frame.to_csv(index=False, header=header, float_format="%.10g")
-            assert csv_block(frame, header) == want
+        full = _frame(n, seed)
+        # with a boolean column (column by column) and without (one float block, integers < 2^53)
+        for frame in (full, full.drop(columns="flag"), full.drop(columns="flag").assign(big=2 ** 60 + 1)):
+            for header in (True, False):
+                want = frame.to_csv(index=False, header=header, float_format="%.10g")
+                assert csv_block(frame, header) == want
 
 
 def test_file_equals_pandas_chunk_by_chunk(tmp_path):

@@ -33,25 +33,26 @@ def csv_block(frame: pd.DataFrame, header: bool) -> str | None:
     str, or None when a column is neither float, integer nor boolean (the
     caller falls back to pandas).
     """
-    specs, lists = [], []
-    for name in frame.columns:
-        col = frame[name].to_numpy()
-        kind = col.dtype.kind
-        if kind == "f":
-            specs.append(FLOAT_FORMAT)
-        elif kind in "iu":
-            specs.append("%d")
-        elif kind == "b":
-            specs.append("%s")
-        else:
-            return None
-        lists.append(col.tolist())
+    kinds = [dt.kind for dt in frame.dtypes]
+    if any(k not in "fiub" for k in kinds):
+        return None
+    specs = [FLOAT_FORMAT if k == "f" else "%d" if k in "iu" else "%s" for k in kinds]
     out = io.StringIO()
     if header:
         csv.writer(out, lineterminator="\n").writerow([str(c) for c in frame.columns])
-    if len(frame):
+    n = len(frame)
+    if n:
         fmt = ",".join(specs)
-        body = "\n".join([fmt % row for row in zip(*lists)])
+        ints = [i for i, k in enumerate(kinds) if k in "iu"]
+        exact = "b" not in kinds and all(
+            np.abs(frame.iloc[:, i].to_numpy()).max() <= 2 ** 53 for i in ints)
+        if exact:
+            # every value as float64 (integers below 2^53 print the same with %d), one format per block
+            values = frame.to_numpy(dtype=np.float64).ravel().tolist()
+            body = ((fmt + "\n") * n % tuple(values))[:-1]
+        else:
+            lists = [frame.iloc[:, i].to_numpy().tolist() for i in range(len(kinds))]
+            body = "\n".join([fmt % row for row in zip(*lists)])
         # NaN prints as "nan" and is the only field that can: pandas writes it as an empty field
         body = ("\n" + body).replace(",nan", ",").replace("\nnan", "\n")[1:]
         out.write(body)
