@@ -48,3 +48,16 @@ def test_other_dtypes_fall_back_to_pandas(tmp_path):
     sink = MetricsSink(tmp_path)
     sink(frame)
     assert (tmp_path / "metrics.csv").read_text() == "t,name\n1,a\n2,\n"
+
+
+def test_tracker_frame_equals_dataframe_of_its_columns():
+    from streamfl.regret.tracker import _frame
+    rng = np.random.default_rng(7)
+    n = 5
+    cols = {"t": np.arange(1, n + 1), "loss": rng.random(n), "nan": np.full(n, np.nan),
+            **{f"client{m}_cum_loss": rng.random(n) for m in range(3)},
+            "bytes_up": np.arange(n) * 10, "f32": rng.random(n).astype(np.float32), "last": rng.random(n)}
+    got, want = _frame(cols, n), pd.DataFrame(cols)
+    pd.testing.assert_frame_equal(got, want)
+    assert list(got.columns) == list(cols)
+    assert csv_block(got, True) == want.to_csv(index=False, float_format="%.10g")

@@ -245,6 +245,34 @@ def _spreads(population, average, optima, previous_optima, scale, previous_scale
     return zeta2, K2
 
 
+def _scores(task, points, X):
+    n, M, b, d = X.shape
+    K = points.shape[-1]
+    get_loss(task)                      # validates the task name
+    return np.einsum("nid,ndk->nik", X.reshape(n, M * b, d), points).reshape(n, M, b, K)
+
+
+def client_losses(task, points, X, y):
+    """Mini-batch mean loss per client at one model per step: the ``loss`` of
+    :func:`client_gradients` (same arithmetic, same values), without the gradients.
+
+    points : (n, d, K); X : (n, M, b, d); y : (n, M, b). Returns (n, M). Cost O(n M b d K).
+    """
+    z = _scores(task, points, X)
+    if task == "least_squares":
+        r = z[..., 0] - y
+        per_loss = 0.5 * r * r
+    elif task == "logistic":
+        zz = z[..., 0]
+        per_loss = np.logaddexp(0.0, zz) - y * zz
+    else:
+        zmax = z.max(axis=-1, keepdims=True)
+        e = np.exp(z - zmax)
+        yi = y.astype(np.int64)
+        per_loss = (np.log(e.sum(axis=-1)) + zmax[..., 0]) - np.take_along_axis(z, yi[..., None], -1)[..., 0]
+    return per_loss.mean(axis=2)
+
+
 def client_gradients(task, points, X, y):
     """Mini-batch gradient, within-batch variance, loss and Hessian trace per client at given points.
 
@@ -268,9 +296,7 @@ def client_gradients(task, points, X, y):
     """
     n, M, b, d = X.shape
     K = points.shape[-1]
-    get_loss(task)                      # validates the task name
-    Xf = X.reshape(n, M * b, d)
-    z = np.einsum("nid,ndk->nik", Xf, points).reshape(n, M, b, K)
+    z = _scores(task, points, X)
     if task == "least_squares":
         r = z[..., 0] - y
         per_loss = 0.5 * r * r

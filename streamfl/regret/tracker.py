@@ -71,7 +71,7 @@ import pandas as pd
 from .fastquad import kappa_unique, softplus_mean
 from .comparators import (LeastSquaresHindsight, ReservoirHindsight, is_refit_step, quadratic_min, refit_points,
                           solve_hindsight)
-from .heterogeneity import RunningMean, client_gradients, empirical_estimates, population_estimates
+from .heterogeneity import RunningMean, client_losses, empirical_estimates, population_estimates
 from .regime import RegimeTerms, literal_condition
 
 
@@ -110,6 +110,29 @@ class LiveState:
     consensus: float = 0.0
     bytes_up: int | None = None        # cumulative payload bytes clients → server (None: not counted)
     bytes_down: int | None = None      # cumulative payload bytes server → clients
+
+
+def _frame(cols: dict, n: int) -> pd.DataFrame:
+    """``pd.DataFrame(cols)`` (same columns, order and dtypes), built from one float64 block.
+
+    The float columns (hundreds with per-client columns) are stacked into one
+    (n, C) array and the others inserted at their places: pandas' column-by-
+    column construction cost more than the rest of a chunk's bookkeeping.
+    """
+    names = list(cols)
+    arrays = [np.asarray(cols[k]) for k in names]
+    floats = [i for i, a in enumerate(arrays) if a.dtype == np.float64 and a.shape == (n,)]
+    if len(floats) < 2:
+        return pd.DataFrame(cols)
+    block = np.empty((n, len(floats)))
+    for j, i in enumerate(floats):
+        block[:, j] = arrays[i]
+    frame = pd.DataFrame(block, columns=[names[i] for i in floats], copy=False)
+    fl = set(floats)
+    for i in range(len(names)):
+        if i not in fl:
+            frame.insert(i, names[i], arrays[i])
+    return frame
 
 
 def _project_rows(x: np.ndarray, radius: float | None) -> np.ndarray:
@@ -201,10 +224,13 @@ class RegretTracker:
         self.client_opt_sums = [np.zeros(self.M), np.zeros((self.M, self.d)), np.zeros(self.M), np.zeros(self.M)]
         self.client_exp = np.zeros(self.M)
         self.client_dyn = np.zeros(self.M)
-        self.optima_spool = None
-        self.scale_spool = None
+        # logistic expected comparators: running sums of the optima (network weights 1/M, and each
+        # client alone), snapshotted at the checkpoints; solved at the end (O(M d) memory, nothing spooled)
+        self.exp_sums = self.client_exp_sums = None
+        self.exp_snaps = {}
         if self.known and self.task == "logistic":
-            self.optima_spool = open(os.path.join(self.spool_dir, "optima.bin"), "wb")
+            self.exp_sums = self.population.running_sums(per_client=False)
+            self.client_exp_sums = self.population.running_sums(per_client=True)
         self.dynamic = 0.0
         self.consensus_part = 0.0
         self.cum_consensus = 0.0
@@ -335,7 +361,7 @@ class RegretTracker:
             est, self.prev_est = empirical_estimates(self.task, average, chunk.X, chunk.y, c, self.prev_est,
                                                      noise_free=self.dirac)
         virtual_loss = est["virtual_loss"] if est is not None else \
-            np.einsum("nm,nm->n", c, client_gradients(self.task, average, chunk.X, chunk.y)[2])
+            np.einsum("nm,nm->n", c, client_losses(self.task, average, chunk.X, chunk.y))
         cum_virtual = self.cum_virtual + np.cumsum(virtual_loss)
         self.cum_virtual = float(cum_virtual[-1])
         cols["cum_loss_virtual"] = cum_virtual
@@ -414,7 +440,7 @@ class RegretTracker:
         if comm is not None:
             cols["bytes_up"], cols["bytes_down"] = comm
             self.state.bytes_up, self.state.bytes_down = int(comm[0][-1]), int(comm[1][-1])
-        frame = pd.DataFrame(cols)
+        frame = _frame(cols, n)
         self._refresh_state(frame, int(present.sum()) * self.b)
         if self.sink is not None:
             self.sink(frame)
@@ -488,11 +514,17 @@ class RegretTracker:
             self.client_opt_sums = [Kc[-1].copy(), Kw[-1].copy(), Kww[-1].copy(), Kn[-1].copy()]
             client_expected = client_exp - self._ls_comparator(Kc, Kw, Kww, Kn, s0)
         else:
-            self.optima_spool.write(np.ascontiguousarray(opt, dtype=np.float64).tobytes())
-            if sc is not None:
-                if self.scale_spool is None:
-                    self.scale_spool = open(os.path.join(self.spool_dir, "scale.bin"), "wb")
-                self.scale_spool.write(np.ascontiguousarray(sc, dtype=np.float64).tobytes())
+            n, M = c.shape
+            s_all = np.broadcast_to(pop.feature_scale if sc is None else sc, (n, M))
+            cnet = np.full((n, M), 1.0 / M)
+            start = 0
+            for i in np.flatnonzero(np.isin(ts, list(self.checkpoints))):
+                self.exp_sums.absorb(opt[start:i + 1], cnet[start:i + 1], s_all[start:i + 1])
+                self.exp_snaps[int(ts[i])] = self.exp_sums.snapshot()
+                start = i + 1
+            if start < n:
+                self.exp_sums.absorb(opt[start:], cnet[start:], s_all[start:])
+            self.client_exp_sums.absorb(opt, np.ones((n, M)), s_all)
             out["regret_expected"] = np.full(len(c), np.nan)
         # dynamic: F_t(x̄_t) − F_t(u_t), with F_t = Σ_m c F_{t,m}
         u = pop.minimize_mean(opt, x0=None if self.u_prev is None else np.broadcast_to(self.u_prev, average.shape),
@@ -729,38 +761,18 @@ class RegretTracker:
                 self.notes.append(f"per-client static regret skipped: M = {self.M} clients exceed "
                                   f"tracker.client_hindsight_max = {self.client_hindsight_max} (one exact solver "
                                   f"run per client at the end); the network comparator is exact")
-            if self.optima_spool is not None:
-                self.optima_spool.close()
-                if self.scale_spool is not None:
-                    self.scale_spool.close()
-                path = os.path.join(self.spool_dir, "optima.bin")
-                opt = np.memmap(path, dtype=np.float64, mode="r").reshape(-1, self.M, self.d)
-                scl = None if self.scale_spool is None else np.memmap(
-                    os.path.join(self.spool_dir, "scale.bin"), dtype=np.float64, mode="r").reshape(-1, self.M)
-
-                def wblocks():
-                    for i in range(0, len(opt), 1024):
-                        yield np.asarray(opt[i:i + 1024])
-
-                def sblocks():
-                    for i in range(0, len(scl), 1024):
-                        yield np.asarray(scl[i:i + 1024])
-                sb = None if scl is None else sblocks
+            if self.exp_sums is not None and self.exp_sums.B is not None:
                 self.checkpoint_exp[st.t] = (self.exp_learner, self.exp_virtual)
                 marks = sorted(self.checkpoint_exp)
-                sols = self.population.minimize_prefix_sums(wblocks, marks, radius=self.radius, scale_blocks=sb)
-                out["expected_checkpoints"] = [(int(tt), float(self.checkpoint_exp[tt][0] - v),
-                                                float(self.checkpoint_exp[tt][1] - v))
+                last = self.exp_sums.snapshot()
+                sols = [self.exp_sums.solve(self.radius, self.exp_snaps.get(tt, last)) for tt in marks]
+                out["expected_checkpoints"] = [(int(tt), float(self.checkpoint_exp[tt][0] - v[0]),
+                                                float(self.checkpoint_exp[tt][1] - v[0]))
                                                for tt, (_, v) in zip(marks, sols)]
-                comp = sols[-1][1]
+                comp = float(sols[-1][1][0])
                 out["regret_expected"] = float(self.exp_learner - comp)
                 out["regret_expected_virtual"] = float(self.exp_virtual - comp)
-
-                def ones():
-                    for i in range(0, len(opt), 1024):
-                        yield np.ones((min(1024, len(opt) - i), self.M))
-                _, ccomp = self.population.minimize_sum(wblocks, ones, radius=self.radius, scale_blocks=sb,
-                                                        per_client=True)
+                _, ccomp = self.client_exp_sums.solve(self.radius)
                 clients["expected"] = self.client_exp - ccomp
             for name in os.listdir(self.spool_dir):
                 os.remove(os.path.join(self.spool_dir, name))
