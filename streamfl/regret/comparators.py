@@ -23,7 +23,7 @@ import math
 import numpy as np
 from numba import njit, types
 from scipy.optimize import minimize
-from scipy.special import softmax
+from scipy.special import logsumexp
 
 from ..models.losses import get_loss
 
@@ -319,18 +319,22 @@ def weighted_loss_and_grad(task: str, theta: np.ndarray, shape, X: np.ndarray, y
     """
     if task == "logistic":
         return _weighted_logistic(*(np.ascontiguousarray(a, dtype=np.float64) for a in (theta, X, y, w)))
-    loss_fn = get_loss(task)
+    if task == "softmax":
+        # scores once: loss logsumexp(z) − z_y and gradient Xᵀ((softmax(z) − e_y) w) from the same z
+        W = theta.reshape(shape)
+        z = X @ W
+        rows = np.arange(len(y))
+        yi = y.astype(np.int64)
+        lse = logsumexp(z, axis=1)
+        loss = lse - z[rows, yi]
+        p = np.exp(z - lse[:, None])
+        p[rows, yi] -= 1.0
+        return float(np.dot(w, loss)), (X.T @ (p * w[:, None])).ravel()
+    loss_fn = get_loss(task)            # least squares (and a ValueError for an unknown task)
     W = theta.reshape(shape)[None]
     loss, _ = loss_fn(W, X[None], y[None], with_grad=False)
-    scores = X @ W[0]
-    if task == "least_squares":
-        r = (scores[:, 0] - y) * w
-        grad = (X.T @ r)[:, None]
-    else:
-        p = softmax(scores, axis=1)
-        p[np.arange(len(y)), y.astype(np.int64)] -= 1.0
-        grad = X.T @ (p * w[:, None])
-    return float(np.dot(w, loss[0])), grad.ravel()
+    r = ((X @ W[0])[:, 0] - y) * w
+    return float(np.dot(w, loss[0])), (X.T @ r).ravel()
 
 
 def solve_hindsight(task: str, blocks, shape, radius: float | None = None, x0: np.ndarray | None = None):
