@@ -259,6 +259,24 @@ def measure_whole(cfg_for, M: int, tmp: Path, min_seconds: float, repeats: int, 
 
 # --------------------------------------------------------- tracker parts (shares)
 
+# which comparator a timed function works for (its innermost listed caller decides; anything under
+# finalize counts as the end of the run)
+COMPARATOR_GROUPS = {
+    "ReservoirHindsight.update": "static comparator, live (reservoir refits / LS sums and solves, spool)",
+    "LeastSquaresHindsight.update": "static comparator, live (reservoir refits / LS sums and solves, spool)",
+    "RegretTracker._spool": "static comparator, live (reservoir refits / LS sums and solves, spool)",
+    "RegretTracker._population_terms": "expected + dynamic (population F, optimum sums, u_t)",
+    "RegretTracker._dirac_terms": "expected + dynamic (population F, optimum sums, u_t)",
+    "heterogeneity.population_estimates": "heterogeneity sigma2, zeta2, K2 (+ curvature)",
+    "heterogeneity.empirical_estimates": "heterogeneity sigma2, zeta2, K2 (+ curvature)",
+    "LogisticPopulation.curvature": "heterogeneity sigma2, zeta2, K2 (+ curvature)",
+    "LeastSquaresPopulation.curvature": "heterogeneity sigma2, zeta2, K2 (+ curvature)",
+    "sink.csv_block": "metrics rows and file",
+    "tracker._frame": "metrics rows and file",
+    "RegretTracker._finalize": "end of run: exact static/expected solves (finalize)",
+}
+
+
 def instrument_tracker():
     """Wrap every plain Python function/method of the regret package with an exclusive timer.
 
@@ -283,12 +301,23 @@ def instrument_tracker():
             pass
     totals: dict = {}
     stack: list = []
+    names: list = []
     clock = time.perf_counter
+    groups = totals.setdefault("__groups__", {})
+
+    def group_of() -> str:
+        if "RegretTracker._finalize" in names:
+            return COMPARATOR_GROUPS["RegretTracker._finalize"]
+        for nm in reversed(names):
+            if nm in COMPARATOR_GROUPS:
+                return COMPARATOR_GROUPS[nm]
+        return "other bookkeeping (losses, consensus, regime, state)"
 
     def wrap(name, fn):
         @functools.wraps(fn)
         def timed(*a, **k):
             stack.append(0.0)
+            names.append(name)
             start = clock()
             try:
                 return fn(*a, **k)
@@ -298,6 +327,9 @@ def instrument_tracker():
                 rec = totals.setdefault(name, [0.0, 0])
                 rec[0] += sec - child
                 rec[1] += 1
+                g = group_of()
+                groups[g] = groups.get(g, 0.0) + sec - child
+                names.pop()
                 if stack:
                     stack[-1] += sec
         return timed
@@ -335,9 +367,11 @@ def measure_parts(cfg, run_dir: Path, learning_rate: float, M: int) -> dict:
     finally:
         restore()
     n = summary["n_steps"]
+    groups = totals.pop("__groups__", {})
     parts = sorted(((k, v[0], v[1]) for k, v in totals.items()), key=lambda r: -r[1])
     return {"steps": n, "wall": wall, "learning_estimate": n * M / learning_rate,
-            "parts": [{"name": k, "seconds": s, "calls": c} for k, s, c in parts]}
+            "parts": [{"name": k, "seconds": s, "calls": c} for k, s, c in parts],
+            "comparators": dict(sorted(groups.items(), key=lambda kv: -kv[1]))}
 
 
 # ------------------------------------------------------------ one configuration
@@ -716,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = [c for c in (QUICK_CONFIGS if quick else CONFIGS) if args.only in c[0]]
 
     if "configs" not in skip:
-        rows, parts_rows = [], []
+        rows, parts_rows, comp_rows = [], [], []
         res["configs"] = []
         for k, (name, task, M, d, K, eta) in enumerate(configs):
             spec = {"name": name, "task": task, "M": M, "d": d, "K": K, "eta": eta, "min_seconds": min_s,
@@ -726,7 +760,8 @@ def main(argv: list[str] | None = None) -> int:
             r.update({"task": task, "M": M, "d": d, "K": K, "eta": eta})
             print(f"  measured {name}: " + (r["error"] if "error" in r else
                   f"whole {r['whole']['wall']['median']:,.0f}/s, loop {r['loop']['median']:,.0f}/s, "
-                  f"ratio 1/{1 / r['ratio']:,.1f}, peak RSS {r['peak_rss_mb']:,.0f} MB"), flush=True)
+                  f"ratio 1/{1 / r['ratio']:,.1f} (per CPU second 1/{1 / r['ratio_cpu']:,.1f}), "
+                  f"peak RSS {r['peak_rss_mb']:,.0f} MB"), flush=True)
             res["configs"].append(r)
             shape = f"{task} M={M} d={d}" + (f" K={K}" if task == "softmax" else "") + f" eta={eta:g}"
             if "error" in r:
@@ -735,7 +770,8 @@ def main(argv: list[str] | None = None) -> int:
             w, lp = r["whole"], r["loop"]
             rows.append((shape, fmt_rate(w["wall"]), fmt_rate(w["streaming"]), fmt_rate(lp),
                          f"1/{1 / r['ratio']:,.1f}" + (" MET" if r["ratio"] >= TARGET_RATIO else " not met"),
-                         f"{fmt_rate(w['cpu'])} / {fmt_rate(lp['cpu'])} = 1/{1 / r['ratio_cpu']:,.1f}",
+                         f"{fmt_rate(w['cpu'])} / {fmt_rate(lp['cpu'])} = 1/{1 / r['ratio_cpu']:,.1f}"
+                         + (" MET" if r["ratio_cpu"] >= TARGET_RATIO else " not met"),
                          f"{w['steps']:,} / {lp['steps']:,}", f"{r['peak_rss_mb']:,.0f}"))
             if "parts" not in r:
                 continue
@@ -743,6 +779,12 @@ def main(argv: list[str] | None = None) -> int:
             tracked = sum(x["seconds"] for x in pr["parts"])
             top = ", ".join(f"{x['name']} {x['seconds']:.2f}" for x in pr["parts"][:6])
             parts_rows.append((shape, f"{pr['wall']:.2f}", f"{pr['learning_estimate']:.3f}", f"{tracked:.2f}", top))
+            comp_rows.extend((shape, g, f"{sec:.3f}", f"{sec / max(pr['wall'], 1e-9):.0%}")
+                             for g, sec in pr.get("comparators", {}).items())
+            rest = pr["wall"] - sum(pr.get("comparators", {}).values())
+            comp_rows.append((shape, "outside the tracker: stream generation, learning (est. "
+                              f"{pr['learning_estimate']:.3f} s), engine, files", f"{rest:.3f}",
+                              f"{rest / max(pr['wall'], 1e-9):.0%}"))
         print("\n== whole run (run_experiment: tracker on, metrics written, plots off) vs learning loop ==")
         table(rows, ("configuration (tau=10, baselines [])", "whole run (wall)", "streaming part",
                      "learning loop", "whole/loop (>=1/3?)", "per CPU second: whole / loop = ratio",
@@ -750,9 +792,13 @@ def main(argv: list[str] | None = None) -> int:
         print("whole run = wall time of run_experiment incl. finalize and files; streaming part = run_stream "
               "(learning + tracker.update) = summary elapsed_seconds; per CPU second = the same runs divided by "
               "the process's CPU time (less sensitive to the machine's load).")
+        print("Under load the wall figures of the two can be measured at very different shares of a CPU; when "
+              "the wall and CPU verdicts disagree, the CPU one is the figure to trust.")
         print("\n== where the whole run goes: one instrumented run each (exclusive seconds per tracker "
               "function; timer overhead ~1 us/call) ==")
         table(parts_rows, ("configuration", "run s", "learning s (est.)", "tracker s", "largest tracker parts (s)"))
+        print("\n== the same instrumented runs, by comparator (exclusive seconds; share of the run) ==")
+        table(comp_rows, ("configuration", "comparator / part", "seconds", "share of run"))
 
     if "scale" not in skip:
         rows = []
