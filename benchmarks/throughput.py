@@ -401,8 +401,10 @@ def child_config(spec: dict) -> dict:
                                      tmp / "parts", out["loop"]["median"], M)
     if spec.get("memory_steps"):
         sec, summary = whole_run(make_config(task, M, d, K, eta, spec["memory_steps"], out_dir=str(tmp)), tmp / "mem")
-        out["memory_run"] = {"steps": spec["memory_steps"], "seconds": sec,
-                             "client_samples_per_s": spec["memory_steps"] * M / sec}
+        out["memory_run"] = {"steps": spec["memory_steps"], "seconds": sec, "cpu_seconds": LAST_CPU[0],
+                             "client_samples_per_s": spec["memory_steps"] * M / sec,
+                             "client_samples_per_cpu_s": spec["memory_steps"] * M / LAST_CPU[0],
+                             "finalize_note": "wall and CPU include finalize"}
     out["peak_rss_mb"] = peak_rss_mb()
     shutil.rmtree(tmp, ignore_errors=True)          # the run folders were only for timing
     return out
@@ -829,9 +831,10 @@ def main(argv: list[str] | None = None) -> int:
             res["memory"].append(r)
             rows.append((f"T={T:,}", "error: " + r["error"]) if "error" in r else
                         (f"T={T:,}", f"{r['peak_rss_mb']:,.0f}",
-                         f"{r['memory_run']['seconds']:.1f} s ({r['memory_run']['client_samples_per_s']:,.0f}/s)"))
+                         f"{r['memory_run']['seconds']:.1f} s ({r['memory_run']['client_samples_per_s']:,.0f}/s)",
+                         f"{r['memory_run']['cpu_seconds']:.1f} s ({r['memory_run']['client_samples_per_cpu_s']:,.0f}/s)"))
         print(f"\n== memory against T: whole run, {task} M={M} d={d} ==")
-        table(rows, ("steps", "peak RSS MB", "run time"))
+        table(rows, ("steps", "peak RSS MB", "run time, wall (rate)", "CPU time (rate per CPU s)"))
 
     if "torch" not in skip:
         name, task, M, d, K, eta = (QUICK_CONFIGS if quick else CONFIGS)[0]
