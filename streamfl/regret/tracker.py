@@ -61,6 +61,7 @@ in the run folder, and deleted by :meth:`finalize`):
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -110,6 +111,25 @@ class LiveState:
     consensus: float = 0.0
     bytes_up: int | None = None        # cumulative payload bytes clients → server (None: not counted)
     bytes_down: int | None = None      # cumulative payload bytes server → clients
+
+
+def _map(path: str, dtype):
+    """(mmap or None, read-only array of ``dtype`` over the whole file)."""
+    if os.path.getsize(path) == 0:
+        return None, np.empty(0, dtype=dtype)
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return mm, np.frombuffer(mm, dtype=dtype)
+
+
+def _release(mm, lo: int, hi: int) -> None:
+    """Drop bytes lo..hi of a read-only file mapping from this process's resident memory (page cache kept)."""
+    if mm is None or hi <= lo or not hasattr(mm, "madvise"):
+        return
+    start = lo // mmap.PAGESIZE * mmap.PAGESIZE
+    stop = min(hi, len(mm))
+    if stop > start:
+        mm.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
 
 def _frame(cols: dict, n: int) -> pd.DataFrame:
@@ -662,35 +682,64 @@ class RegretTracker:
         return out
 
     def _blocks(self, upto: int | None = None, block_rows: int = 1 << 16, client: int | None = None):
+        """A callable yielding (X, y, w) blocks of the recorded stream (up to step ``upto``, or one client's rows).
+
+        The spool files are memory-mapped and every block's pages are released
+        from the process (``madvise(MADV_DONTNEED)``; they stay in the page
+        cache) once the block is used, so the resident memory of the end-of-run
+        solves stays at about one block, whatever T.
+        """
         d = self.d
-        X = np.memmap(os.path.join(self.spool_dir, "X.bin"), dtype=np.float64, mode="r").reshape(-1, d)
-        y = np.memmap(os.path.join(self.spool_dir, "y.bin"), dtype=np.float64, mode="r")
-        w = np.memmap(os.path.join(self.spool_dir, "w.bin"), dtype=np.float64, mode="r")
-        t = np.memmap(os.path.join(self.spool_dir, "t.bin"), dtype=np.int64, mode="r")
+        (mX, X), (my, y), (mw, w), (mt, t) = (_map(os.path.join(self.spool_dir, name), dt) for name, dt in
+                                              (("X.bin", np.float64), ("y.bin", np.float64),
+                                               ("w.bin", np.float64), ("t.bin", np.int64)))
+        X = X.reshape(-1, d)
         N = len(y) if upto is None else int(np.searchsorted(t, upto, side="right"))
+        _release(mt, 0, t.nbytes)
+
+        def release(i, j):                     # rows i..j of the spool (all clients)
+            _release(mX, i * d * 8, j * d * 8)
+            _release(my, i * 8, j * 8)
+            _release(mw, i * 8, j * 8)
+
         if client is not None:
             # rows are ordered (t, m, b): client m's rows of every step; weight 1/b when present
             M, b = self.M, self.b
             Xc = X[:N].reshape(-1, M, b, d)[:, client]
-            yc = y[:N].reshape(-1, M, b)[:, client].reshape(-1)
+            yc = np.ascontiguousarray(y[:N].reshape(-1, M, b)[:, client].reshape(-1))
             wc = (w[:N].reshape(-1, M, b)[:, client].reshape(-1) > 0) / b
             if Xc.nbytes <= CLIENT_GATHER_BYTES:
-                # one gather of the client's strided rows per solve, not one per objective evaluation
-                Xc = np.ascontiguousarray(Xc).reshape(-1, d)
+                # one gather of the client's strided rows per solve, not one per objective evaluation;
+                # piece by piece, each piece's pages released (the kernel maps whole neighbourhoods of
+                # the rows it faults in, so gathering in one go made the whole spool resident)
+                steps = Xc.shape[0]
+                per = max(1, (64 << 20) // max(1, M * b * d * 8))
+                out = np.empty(Xc.shape)
+                for s0 in range(0, steps, per):
+                    s1 = min(steps, s0 + per)
+                    out[s0:s1] = Xc[s0:s1]
+                    release(s0 * M * b, s1 * M * b)
+                Xc = out.reshape(-1, d)
                 block_rows = max(1, len(yc))
+                strided = False
             else:
                 Xc = Xc.reshape(-1, d)
+                strided = True
+            release(0, N)
 
             def client_blocks():
                 for i in range(0, len(yc), block_rows):
                     j = min(len(yc), i + block_rows)
-                    yield np.asarray(Xc[i:j]), np.asarray(yc[i:j]), np.asarray(wc[i:j], dtype=np.float64)
+                    yield np.ascontiguousarray(Xc[i:j]), yc[i:j], np.asarray(wc[i:j], dtype=np.float64)
+                    if strided:               # steps i//b .. (j-1)//b of every client
+                        release(i // b * M * b, ((j - 1) // b + 1) * M * b)
             return client_blocks
 
         def blocks():
             for i in range(0, N, block_rows):
                 j = min(N, i + block_rows)
-                yield np.asarray(X[i:j]), np.asarray(y[i:j]), np.asarray(w[i:j])
+                yield X[i:j], y[i:j], w[i:j]
+                release(i, j)
         return blocks
 
     def finalize(self) -> dict:
