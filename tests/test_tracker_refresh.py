@@ -184,3 +184,42 @@ def test_reservoir_refit_period_changes_live_values_only_not_with_chunking():
     assert a["regret_static"][192] != c["regret_static"][192]
     assert exact_a["regret_static"] == exact_c["regret_static"]       # the exact end value does not depend on k
     assert exact_a["regret_static"] == pytest.approx(exact_b["regret_static"], rel=1e-12)
+
+
+def _resident_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+
+
+def test_spool_pages_are_released_after_use(tmp_path):
+    """The end-of-run solves read the recorded stream through mappings whose pages are dropped once used."""
+    from streamfl.regret.tracker import _map, _release
+    path = tmp_path / "X.bin"
+    np.arange(8 * 2**20, dtype=np.float64).tofile(path)              # 64 MB
+    mm, a = _map(str(path), np.float64)
+    before = _resident_mb()
+    assert a.sum() == float(8 * 2**20) * (8 * 2**20 - 1) / 2
+    touched = _resident_mb()
+    _release(mm, 0, a.nbytes)
+    after = _resident_mb()
+    assert touched - before > 40 and touched - after > 40
+    assert a[12345] == 12345.0                                        # still readable (re-read from the file)
+    (tmp_path / "empty.bin").write_bytes(b"")
+    assert _map(str(tmp_path / "empty.bin"), np.float64)[1].shape == (0,)
+
+
+def test_client_blocks_are_the_clients_rows():
+    stream = SyntheticStream("logistic", n_clients=3, n_features=4, n_steps=300, batch_size=2, seed=3)
+    step = StepSize("constant", eta=0.05)
+    tr = RegretTracker(stream, "fedsea", ["fedsea"], sink=lambda f: None, step_size=step, tau=2, reservoir_size=64)
+    run_stream(stream, {"fedsea": Federated(StackedLinear(3, 4, "logistic", step), 2)}, tr, "fedsea",
+               chunk_size=100)
+    for f in tr.spool.values():                                       # the spool before finalize
+        f.flush()
+    X = np.fromfile(f"{tr.spool_dir}/X.bin").reshape(-1, tr.M, tr.b, tr.d)
+    y = np.fromfile(f"{tr.spool_dir}/y.bin").reshape(-1, tr.M, tr.b)
+    for m in range(tr.M):
+        (Xc, yc, wc), = list(tr._blocks(client=m)())
+        np.testing.assert_array_equal(Xc, X[:, m].reshape(-1, tr.d))
+        np.testing.assert_array_equal(yc, y[:, m].reshape(-1))
+        np.testing.assert_array_equal(wc, np.full(len(yc), 1 / tr.b))
+    tr.finalize()
