@@ -383,6 +383,8 @@ class TrackerConfig(_Model):
     refresh_every: int | None = Field(None, ge=1)
     memory_budget_mb: float = Field(512.0, gt=0)  # per-client d×d hindsight statistics only within this budget
     client_hindsight_max: int = Field(4096, ge=0)  # logistic/softmax: exact per-client comparators at the end up to this M
+    # k: logistic/softmax live static estimate refitted on the reservoir at 16, 32, … < k and every k steps
+    refit_every: int = Field(1024, ge=1)
 
 
 class SweepConfig(_Model):

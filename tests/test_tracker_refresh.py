@@ -146,3 +146,80 @@ def test_chunks_are_capped_by_their_feature_count():
     S.n_clients = 64
     S.n_features = 100
     assert effective_chunk_size(256, S) == 256
+
+
+def _logistic_run(T, chunk, **kw):
+    stream = SyntheticStream("logistic", n_clients=3, n_features=4, n_steps=T, batch_size=2, heterogeneity=0.5,
+                             seed=3)
+    step = StepSize("constant", eta=0.05)
+    frames = []
+    tr = RegretTracker(stream, "fedsea", ["fedsea"], sink=frames.append, step_size=step, tau=2,
+                       reservoir_size=64, **kw)
+    run_stream(stream, {"fedsea": Federated(StackedLinear(3, 4, "logistic", step), 2)}, tr, "fedsea",
+               chunk_size=chunk)
+    return tr, pd.concat(frames, ignore_index=True), tr.finalize()
+
+
+def test_reservoir_refit_period_rule_and_statement():
+    from streamfl.regret.comparators import is_refit_step, refit_points
+    assert [t for t in range(1, 3000) if is_refit_step(t, 1024)] == [16, 32, 64, 128, 256, 512, 1024, 2048]
+    assert [t for t in range(1, 600) if is_refit_step(t, 256)] == [16, 32, 64, 128, 256, 512]   # the former rule
+    assert [t for t in range(1, 40) if is_refit_step(t, 10)] == [10, 20, 30]
+    assert refit_points(0, 600, 1024) == [16, 32, 64, 128, 256, 512, 600]
+    tr, frame, out = _logistic_run(700, 100, refit_every=256)
+    assert out["regret_static_live_method"] == (
+        "estimate on a reservoir of samples refitted (L-BFGS, warm-started) at steps 16, 32, 64, 128, every 256 "
+        "steps (tracker.refit_every) and T; between refits the last fit's estimate; exact at the end of the run")
+    assert tr.refit_every == 256
+
+
+def test_reservoir_refit_period_changes_live_values_only_not_with_chunking():
+    _, a, exact_a = _logistic_run(700, 100, refit_every=64)
+    _, b, exact_b = _logistic_run(700, 33, refit_every=64)
+    _, c, exact_c = _logistic_run(700, 100, refit_every=1024)
+    np.testing.assert_allclose(a["regret_static"].to_numpy(), b["regret_static"].to_numpy(), rtol=1e-10)
+    # the same estimate up to the first refit that differs, t = 192 (16, …, 128 are refits of both);
+    # a refit after step t is used from step t + 1 on
+    np.testing.assert_array_equal(a["regret_static"][:192].to_numpy(), c["regret_static"][:192].to_numpy())
+    assert a["regret_static"][192] != c["regret_static"][192]
+    assert exact_a["regret_static"] == exact_c["regret_static"]       # the exact end value does not depend on k
+    assert exact_a["regret_static"] == pytest.approx(exact_b["regret_static"], rel=1e-12)
+
+
+def _resident_mb():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+
+
+def test_spool_pages_are_released_after_use(tmp_path):
+    """The end-of-run solves read the recorded stream through mappings whose pages are dropped once used."""
+    from streamfl.regret.tracker import _map, _release
+    path = tmp_path / "X.bin"
+    np.arange(8 * 2**20, dtype=np.float64).tofile(path)              # 64 MB
+    mm, a = _map(str(path), np.float64)
+    before = _resident_mb()
+    assert a.sum() == float(8 * 2**20) * (8 * 2**20 - 1) / 2
+    touched = _resident_mb()
+    _release(mm, 0, a.nbytes)
+    after = _resident_mb()
+    assert touched - before > 40 and touched - after > 40
+    assert a[12345] == 12345.0                                        # still readable (re-read from the file)
+    (tmp_path / "empty.bin").write_bytes(b"")
+    assert _map(str(tmp_path / "empty.bin"), np.float64)[1].shape == (0,)
+
+
+def test_client_blocks_are_the_clients_rows():
+    stream = SyntheticStream("logistic", n_clients=3, n_features=4, n_steps=300, batch_size=2, seed=3)
+    step = StepSize("constant", eta=0.05)
+    tr = RegretTracker(stream, "fedsea", ["fedsea"], sink=lambda f: None, step_size=step, tau=2, reservoir_size=64)
+    run_stream(stream, {"fedsea": Federated(StackedLinear(3, 4, "logistic", step), 2)}, tr, "fedsea",
+               chunk_size=100)
+    for f in tr.spool.values():                                       # the spool before finalize
+        f.flush()
+    X = np.fromfile(f"{tr.spool_dir}/X.bin").reshape(-1, tr.M, tr.b, tr.d)
+    y = np.fromfile(f"{tr.spool_dir}/y.bin").reshape(-1, tr.M, tr.b)
+    for m in range(tr.M):
+        (Xc, yc, wc), = list(tr._blocks(client=m)())
+        np.testing.assert_array_equal(Xc, X[:, m].reshape(-1, tr.d))
+        np.testing.assert_array_equal(yc, y[:, m].reshape(-1))
+        np.testing.assert_array_equal(wc, np.full(len(yc), 1 / tr.b))
+    tr.finalize()

@@ -171,10 +171,26 @@ def _radial_sum(tau, kernel, weights):
     return out
 
 
+_UNIQUE_FROM = 64   # from this many points, the quadrature runs once per distinct τ
+
+
 def _radial(tau, kernel, weights) -> np.ndarray:
-    """:func:`_radial_sum` for τ of any shape (float64 array of the same shape)."""
+    """:func:`_radial_sum` for τ of any shape (float64 array of the same shape).
+
+    The quadrature (315 nodes per point) runs once per *distinct* τ: the
+    tracker evaluates κ at every client optimum of every step, and optima
+    that share a norm (a stationary stream, a rotation, abrupt drift between
+    fixed points) share τ. Bit-identical to evaluating every point; the
+    extra sort costs O(n log n), small against 315 kernel calls per point.
+    """
     tau = np.asarray(tau, dtype=np.float64)
-    return _radial_sum(tau.ravel(), kernel, weights).reshape(tau.shape)
+    flat = tau.ravel()
+    if flat.size < _UNIQUE_FROM:
+        return _radial_sum(flat, kernel, weights).reshape(tau.shape)
+    if flat[0] == flat.min() == flat.max():       # one value (a stationary stream): no sort
+        return np.full(tau.shape, _radial_sum(flat[:1], kernel, weights)[0])
+    u, inv = np.unique(flat, return_inverse=True)
+    return _radial_sum(u, kernel, weights)[inv.reshape(-1)].reshape(tau.shape)
 
 
 def _kappa(tau: np.ndarray) -> np.ndarray:
@@ -517,6 +533,21 @@ class LeastSquaresPopulation(_Population):
         s = self._s(scale)
         return (s ** 2 if scale is None else (s ** 2)[..., None]) * (x - w)
 
+    def grad_coefficients(self, x_norm, w_norm, scale=None):
+        """(α, β) with ∇F(x) = α x − β w: here α = β = s².
+
+        Parameters
+        ----------
+        x_norm, w_norm : ndarray (...) — ‖x‖ and ‖w‖ (unused: the gradient is linear).
+        scale : ndarray (...) or None — per-point feature scale.
+
+        Returns
+        -------
+        two float64 ndarrays of the broadcast shape of the inputs.
+        """
+        s2 = np.broadcast_to(np.square(self._s(scale)), np.broadcast_shapes(np.shape(x_norm), np.shape(w_norm)))
+        return s2, s2
+
     def grad_noise(self, x, w, scale=None, noise=None) -> np.ndarray:
         """Per-sample gradient noise E‖∇f(x, ξ) − ∇F(x)‖² (FedSEA eq. (8)).
 
@@ -783,6 +814,21 @@ class LogisticPopulation(_Population):
         kw = _kappa(s * _norm(w)[..., None])
         return s * s * (kx * x - kw * w)
 
+    def grad_coefficients(self, x_norm, w_norm, scale=None):
+        """(α, β) with ∇F(x) = α x − β w: α = s² κ(s‖x‖), β = s² κ(s‖w‖) (see :meth:`grad`).
+
+        Parameters
+        ----------
+        x_norm, w_norm : ndarray (...) — ‖x‖ and ‖w‖, broadcastable.
+        scale : ndarray (...) or None — per-point feature scale s.
+
+        Returns
+        -------
+        two float64 ndarrays (α of x_norm's shape broadcast with scale, β of w_norm's).
+        """
+        s = self._s(scale)
+        return s * s * _kappa(s * np.asarray(x_norm, float)), s * s * _kappa(s * np.asarray(w_norm, float))
+
     def grad_noise(self, x, w, scale=None) -> np.ndarray:
         """Per-sample gradient noise E‖∇f(x, ξ) − ∇F(x)‖² (FedSEA eq. (8)).
 
@@ -1047,35 +1093,21 @@ class LogisticPopulation(_Population):
         return [(x[0], float(v[0])) for x, v in
                 self._prefix_solutions(w_blocks, weights_blocks, radius, scale_blocks, False, list(steps))]
 
+    def running_sums(self, per_client: bool = False) -> "HindsightSums":
+        """Running sums of :meth:`minimize_sum`'s objective, to absorb block by block and solve at any time."""
+        return HindsightSums(self, per_client)
+
     def _prefix_solutions(self, w_blocks, weights_blocks, radius, scale_blocks, per_client, steps):
         d = self._dim
         scales = None if scale_blocks is None else iter(scale_blocks() if callable(scale_blocks) else scale_blocks)
-        groups: dict = {}         # (row, scale) -> C
-        B, top = None, None
+        sums = HindsightSums(self, per_client)
         snaps, done = [], 0
         pending = None if steps is None else list(steps)
 
         def absorb(w, c, s):
-            nonlocal B, top
-            M = w.shape[1]
             if per_client and weights_blocks is None:
                 c = np.ones_like(c)             # each client alone: weight 1 per step
-            if B is None:
-                rows = M if per_client else 1
-                B, top = np.zeros((rows, d)), np.zeros(rows)
-            nw = _norm(w)
-            coef = c * s * s * _kappa(s * nw)
-            row = np.broadcast_to(np.arange(M) if per_client else np.zeros(M, int), w.shape[:2])
-            if per_client:
-                B += np.einsum("nm,nmd->md", coef, w)
-            else:
-                B[0] += np.einsum("nm,nmd->d", coef, w)
-            live = c > 0
-            np.maximum.at(top, row[live], nw[live])
-            keys, inv = np.unique(np.stack([row.ravel(), s.ravel()]), axis=1, return_inverse=True)
-            sums = np.bincount(inv.ravel(), weights=c.ravel(), minlength=keys.shape[1])
-            for (r, sv), v in zip(keys.T, sums):
-                groups[(int(r), float(sv))] = groups.get((int(r), float(sv)), 0.0) + float(v)
+            sums.absorb(w, c, s)
 
         for w, c in _blocks(w_blocks, weights_blocks, d):
             s = np.broadcast_to(self.feature_scale if scales is None else np.asarray(next(scales), float), w.shape[:2])
@@ -1086,13 +1118,13 @@ class LogisticPopulation(_Population):
                     absorb(w[start:cut], c[start:cut], s[start:cut])
                 done += cut - start
                 start = cut
-                snaps.append((B.copy(), dict(groups), top.copy()))
+                snaps.append(sums.snapshot())
                 pending.pop(0)
             if start < w.shape[0]:
                 absorb(w[start:], c[start:], s[start:])
                 done += w.shape[0] - start
         if steps is None:
-            snaps.append((B, groups, top))
+            snaps.append(sums.snapshot())
         elif pending:
             raise ValueError(f"minimize_prefix_sums: the blocks hold {done} steps, fewer than {pending[0]}.")
         return [self._solve_groups(*snap, radius) for snap in snaps]
@@ -1116,6 +1148,69 @@ class LogisticPopulation(_Population):
         x = _unit(B, nb) * rho[:, None]
         value = np.sum(C * _softplus_mean(S * rho[:, None]), axis=1) - np.einsum("rd,rd->r", x, B)
         return x, value
+
+
+class HindsightSums:
+    """The running sums behind :meth:`LogisticPopulation.minimize_sum`, absorbed block by block.
+
+    For every row (the network, or each client with ``per_client``) and
+    distinct feature scale s: C_s = Σ c; per row B = Σ c s² κ(s‖w‖) w and
+    max ‖w‖ over the positive weights. The hindsight comparator of the steps
+    absorbed so far is then one scalar Newton solve (:meth:`solve`). Memory
+    O(rows · d), constant in T: the tracker absorbs each chunk's optima as
+    they arrive instead of recording them for the end of the run.
+
+    Parameters
+    ----------
+    population : LogisticPopulation
+    per_client : bool
+        One row per client (M rows, fixed by the first block) instead of one.
+    """
+
+    def __init__(self, population, per_client: bool = False):
+        self.population, self.per_client = population, per_client
+        self.groups: dict = {}         # (row, scale) -> C
+        self.B = self.top = None
+
+    def absorb(self, w, c, s) -> None:
+        """Add a block: w (n, M, d) optima, c (n, M) weights ≥ 0, s (n, M) feature scales."""
+        d = self.population.dim
+        M = w.shape[1]
+        per_client = self.per_client
+        if self.B is None:
+            rows = M if per_client else 1
+            self.B, self.top = np.zeros((rows, d)), np.zeros(rows)
+        B, top, groups = self.B, self.top, self.groups
+        nw = _norm(w)
+        coef = c * s * s * _kappa(s * nw)
+        if per_client:
+            B += np.einsum("nm,nmd->md", coef, w)
+        else:
+            B[0] += np.einsum("nm,nmd->d", coef, w)
+        live = c > 0
+        if per_client:
+            top[:] = np.maximum(top, np.max(np.where(live, nw, -np.inf), axis=0))
+        elif live.any():
+            top[0] = max(top[0], float(nw[live].max()))
+        s0 = s.flat[0] if s.size else 0.0
+        if s.size and s0 == s.min() == s.max():        # one scale in the block: C per row, no sort
+            sums = c.sum(axis=0) if per_client else np.array([c.sum()])
+            keys = np.stack([np.arange(len(sums)), np.full(len(sums), s0)])
+        else:
+            row = np.broadcast_to(np.arange(M) if per_client else np.zeros(M, int), w.shape[:2])
+            keys, inv = np.unique(np.stack([row.ravel(), s.ravel()]), axis=1, return_inverse=True)
+            sums = np.bincount(inv.ravel(), weights=c.ravel(), minlength=keys.shape[1])
+        for (r, sv), v in zip(keys.T, sums):
+            groups[(int(r), float(sv))] = groups.get((int(r), float(sv)), 0.0) + float(v)
+
+    def snapshot(self):
+        """A copy of the sums, to solve later (:meth:`solve`)."""
+        return self.B.copy(), dict(self.groups), self.top.copy()
+
+    def solve(self, radius=None, snapshot=None):
+        """(x (rows, d), value (rows,)): the comparator of the absorbed steps (or of a snapshot)."""
+        snap = self.snapshot() if snapshot is None else snapshot
+        return self.population._solve_groups(*snap, _check_radius(radius))
 
 
 # ============================================================================= Dirac

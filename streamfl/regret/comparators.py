@@ -23,7 +23,7 @@ import math
 import numpy as np
 from numba import njit, types
 from scipy.optimize import minimize
-from scipy.special import softmax
+from scipy.special import logsumexp
 
 from ..models.losses import get_loss
 
@@ -319,18 +319,22 @@ def weighted_loss_and_grad(task: str, theta: np.ndarray, shape, X: np.ndarray, y
     """
     if task == "logistic":
         return _weighted_logistic(*(np.ascontiguousarray(a, dtype=np.float64) for a in (theta, X, y, w)))
-    loss_fn = get_loss(task)
+    if task == "softmax":
+        # scores once: loss logsumexp(z) − z_y and gradient Xᵀ((softmax(z) − e_y) w) from the same z
+        W = theta.reshape(shape)
+        z = X @ W
+        rows = np.arange(len(y))
+        yi = y.astype(np.int64)
+        lse = logsumexp(z, axis=1)
+        loss = lse - z[rows, yi]
+        p = np.exp(z - lse[:, None])
+        p[rows, yi] -= 1.0
+        return float(np.dot(w, loss)), (X.T @ (p * w[:, None])).ravel()
+    loss_fn = get_loss(task)            # least squares (and a ValueError for an unknown task)
     W = theta.reshape(shape)[None]
     loss, _ = loss_fn(W, X[None], y[None], with_grad=False)
-    scores = X @ W[0]
-    if task == "least_squares":
-        r = (scores[:, 0] - y) * w
-        grad = (X.T @ r)[:, None]
-    else:
-        p = softmax(scores, axis=1)
-        p[np.arange(len(y)), y.astype(np.int64)] -= 1.0
-        grad = X.T @ (p * w[:, None])
-    return float(np.dot(w, loss[0])), grad.ravel()
+    r = ((X @ W[0])[:, 0] - y) * w
+    return float(np.dot(w, loss[0])), (X.T @ r).ravel()
 
 
 def solve_hindsight(task: str, blocks, shape, radius: float | None = None, x0: np.ndarray | None = None):
@@ -446,18 +450,36 @@ class ReservoirHindsight:
         return estimate
 
 
+def is_refit_step(t: int, every: int) -> bool:
+    """Whether the reservoir is refitted at step t: t = 16, 32, 64, … below ``every``, or t a multiple of it.
+
+    Absolute step numbers, so the live estimate does not depend on chunking.
+
+    >>> [t for t in range(1, 3000) if is_refit_step(t, 1024)]
+    [16, 32, 64, 128, 256, 512, 1024, 2048]
+    """
+    every = max(1, int(every))
+    if t % every == 0:
+        return True
+    return 16 <= t < every and t & (t - 1) == 0
+
+
 def refit_points(t0: int, n: int, every: int = 256) -> list[int]:
     """Offsets (1..n) inside steps t0+1..t0+n after which the reservoir is refitted.
 
-    Refits happen at steps 16, 32, 64, 128 and then every ``every`` steps, on
-    absolute step numbers, so the live estimate does not depend on chunking.
+    Refits happen at steps 16, 32, 64, … (powers of two below ``every``) and
+    then every ``every`` steps (:func:`is_refit_step`), on absolute step
+    numbers, so the live estimate does not depend on chunking. The last
+    offset n closes the segment (a refit only if it is a mark).
 
     >>> refit_points(0, 300)
     [16, 32, 64, 128, 256, 300]
     >>> refit_points(300, 300)
     [212, 300]
+    >>> refit_points(0, 600, every=1024)
+    [16, 32, 64, 128, 256, 512, 600]
     """
-    marks = [t for t in (16, 32, 64, 128) if t0 < t <= t0 + n]
+    marks = [t for t in (1 << k for k in range(4, 63)) if t < every and t0 < t <= t0 + n]
     first = max(every, (t0 // every + 1) * every)
     marks += list(range(first, t0 + n + 1, every))
     points = sorted(m - t0 for m in set(marks))

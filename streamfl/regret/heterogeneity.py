@@ -179,20 +179,98 @@ def population_estimates(population, models, average, optima, previous_optima, b
     sigma2 = noise_at(models)
     sigma2_comp = noise_at(np.broadcast_to(comparator[:, None, :], optima.shape)) if comparator is not None \
         else np.full(n, np.nan)
-    g = population.grad(average[:, None, :], optima, scale=scale)
-    gbar = g.mean(axis=1)
-    zeta2 = np.sum((g - gbar[:, None, :]) ** 2, axis=-1).mean(axis=1)
-    if previous_optima is None:
-        prev = np.concatenate([optima[:1], optima[:-1]])
-        pscale = None if scale is None else np.concatenate([scale[:1], scale[:-1]])
+    if hasattr(population, "grad_coefficients"):
+        zeta2, K2 = _spreads(population, average, optima, previous_optima, scale, previous_scale)
     else:
-        prev = np.concatenate([previous_optima[None], optima[:-1]])
-        pscale = None if scale is None else np.concatenate([previous_scale[None], scale[:-1]])
-    gprev = population.grad(average[:, None, :], prev, scale=pscale).mean(axis=1)
-    K2 = np.sum((gbar - gprev) ** 2, axis=-1)
+        g = population.grad(average[:, None, :], optima, scale=scale)
+        gbar = g.mean(axis=1)
+        zeta2 = np.sum((g - gbar[:, None, :]) ** 2, axis=-1).mean(axis=1)
+        if previous_optima is None:
+            prev = np.concatenate([optima[:1], optima[:-1]])
+            pscale = None if scale is None else np.concatenate([scale[:1], scale[:-1]])
+        else:
+            prev = np.concatenate([previous_optima[None], optima[:-1]])
+            pscale = None if scale is None else np.concatenate([previous_scale[None], scale[:-1]])
+        gprev = population.grad(average[:, None, :], prev, scale=pscale).mean(axis=1)
+        K2 = np.sum((gbar - gprev) ** 2, axis=-1)
     if previous_optima is None:
         K2[0] = np.nan
     return {"sigma2": sigma2, "sigma2_comparator": sigma2_comp, "zeta2": zeta2, "K2": K2}
+
+
+def _spreads(population, average, optima, previous_optima, scale, previous_scale):
+    """ζ_t² and K_t² at x̄_t from gradients of the form ∇F_{t,m}(x) = α_{t,m} x − β_{t,m} w_{t,m}.
+
+    With ā = mean_m α, b̄_t = mean_m β w (so ∇F_t(x̄) = ā x̄ − b̄_t), e_m = α_m − ā
+    and D_m = β_m w_m − b̄_t:
+
+    * ζ² = mean_m ‖e_m x̄ − D_m‖² = mean_m (e_m² ‖x̄‖² − 2 e_m D_m·x̄ + ‖D_m‖²);
+    * K² = ‖(ā_t − ā'_t) x̄_t − (b̄_t − b̄_{t−1})‖², ā'_t the mean α of step t − 1's
+      clients (their scales) at x̄_t; b̄_{t−1} is step t − 1's b̄, shifted,
+      not recomputed.
+
+    Same values as the gradients written out (up to rounding), without an
+    (n, M, d) gradient array per term and without evaluating the previous
+    step's optima a second time. With one feature scale e = 0 and ā = ā'.
+    Returns two ndarrays (n,) (K² is computed at the first step too; the
+    caller sets it to NaN at t = 1).
+    """
+    n, M, d = optima.shape
+    nx = np.sqrt(np.einsum("nd,nd->n", average, average))                     # (n,)
+    nw = np.sqrt(np.einsum("nmd,nmd->nm", optima, optima))                    # (n, M)
+    alpha, beta = population.grad_coefficients(nx[:, None], nw, scale=scale)
+    alpha = np.broadcast_to(alpha, (n, M))
+    bw = beta[..., None] * optima                                             # (n, M, d)
+    bbar = bw.mean(axis=1)                                                    # (n, d)
+    D = bw - bbar[:, None, :]
+    abar = alpha.mean(axis=1)
+    e = alpha - abar[:, None]
+    zeta2 = np.einsum("nmd,nmd->nm", D, D).mean(axis=1)
+    if np.any(e):
+        zeta2 = zeta2 + (e * e).mean(axis=1) * nx * nx - 2.0 * (e * np.einsum("nmd,nd->nm", D, average)).mean(axis=1)
+    if previous_optima is None:
+        first = bbar[:1]
+        pscale = None if scale is None else np.concatenate([scale[:1], scale[:-1]])
+    else:
+        pn = np.sqrt(np.einsum("md,md->m", previous_optima, previous_optima))
+        ps = None if previous_scale is None else previous_scale
+        _, pb = population.grad_coefficients(0.0, pn, scale=ps)
+        first = (pb[:, None] * previous_optima).mean(axis=0)[None]
+        pscale = None if scale is None else np.concatenate([previous_scale[None], scale[:-1]])
+    diff = bbar - np.concatenate([first, bbar[:-1]])                         # b̄_t − b̄_{t−1}
+    if pscale is not None:
+        aprev = np.broadcast_to(population.grad_coefficients(nx[:, None], nw, scale=pscale)[0], (n, M)).mean(axis=1)
+        diff = diff - (abar - aprev)[:, None] * average
+    K2 = np.einsum("nd,nd->n", diff, diff)
+    return zeta2, K2
+
+
+def _scores(task, points, X):
+    n, M, b, d = X.shape
+    K = points.shape[-1]
+    get_loss(task)                      # validates the task name
+    return np.einsum("nid,ndk->nik", X.reshape(n, M * b, d), points).reshape(n, M, b, K)
+
+
+def client_losses(task, points, X, y):
+    """Mini-batch mean loss per client at one model per step: the ``loss`` of
+    :func:`client_gradients` (same arithmetic, same values), without the gradients.
+
+    points : (n, d, K); X : (n, M, b, d); y : (n, M, b). Returns (n, M). Cost O(n M b d K).
+    """
+    z = _scores(task, points, X)
+    if task == "least_squares":
+        r = z[..., 0] - y
+        per_loss = 0.5 * r * r
+    elif task == "logistic":
+        zz = z[..., 0]
+        per_loss = np.logaddexp(0.0, zz) - y * zz
+    else:
+        zmax = z.max(axis=-1, keepdims=True)
+        e = np.exp(z - zmax)
+        yi = y.astype(np.int64)
+        per_loss = (np.log(e.sum(axis=-1)) + zmax[..., 0]) - np.take_along_axis(z, yi[..., None], -1)[..., 0]
+    return per_loss.mean(axis=2)
 
 
 def client_gradients(task, points, X, y):
@@ -218,9 +296,7 @@ def client_gradients(task, points, X, y):
     """
     n, M, b, d = X.shape
     K = points.shape[-1]
-    get_loss(task)                      # validates the task name
-    Xf = X.reshape(n, M * b, d)
-    z = np.einsum("nid,ndk->nik", Xf, points).reshape(n, M, b, K)
+    z = _scores(task, points, X)
     if task == "least_squares":
         r = z[..., 0] - y
         per_loss = 0.5 * r * r

@@ -51,8 +51,9 @@ in the run folder, and deleted by :meth:`finalize`):
   product per segment), warm values O(M b d), an exact solve O(M d³) every
   ``refresh_every`` steps (:class:`LeastSquaresHindsight`); per-client d×d
   statistics only within ``memory_budget_mb``;
-* logistic/softmax static comparator: reservoir refits every 256 steps
-  (L-BFGS over R samples), spool writes O(M b d) per step; at the end one
+* logistic/softmax static comparator: reservoir refits every ``refit_every``
+  steps (1024 by default; L-BFGS over R samples, warm-started), spool writes
+  O(M b d) per step; at the end one
   solver run over the spool per checkpoint and one per client (up to
   ``client_hindsight_max`` clients), each O(T M b d) per iteration.
 """
@@ -60,6 +61,7 @@ in the run folder, and deleted by :meth:`finalize`):
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -68,12 +70,32 @@ import numpy as np
 import pandas as pd
 
 from .fastquad import kappa_unique, softplus_mean
-from .comparators import LeastSquaresHindsight, ReservoirHindsight, quadratic_min, refit_points, solve_hindsight
-from .heterogeneity import RunningMean, client_gradients, empirical_estimates, population_estimates
+from .comparators import (LeastSquaresHindsight, ReservoirHindsight, is_refit_step, quadratic_min, refit_points,
+                          solve_hindsight)
+from .heterogeneity import RunningMean, client_losses, empirical_estimates, population_estimates
 from .regime import RegimeTerms, literal_condition
 
 
 NOISE_EVERY, NOISE_CLIENTS = 64, 8   # logistic σ²: every 64th step, on 8 rotating clients (quadrature cost)
+
+_POOLS = None
+CLIENT_GATHER_BYTES = 256 * 2**20   # finalize: a client's recorded features read once per solve up to this size
+
+
+def one_blas_thread():
+    """A context in which BLAS (numpy's and scipy's OpenBLAS) uses one thread.
+
+    The tracker's matrix products are small (d ≤ a few hundred, a chunk of
+    rows): a second BLAS thread costs more in hand-offs and spinning than it
+    saves, and on a shared 2-core machine it took up to a third of a run's
+    CPU time (L-BFGS-B's own small BLAS calls waited on the spinning threads).
+    The learning loop is compiled code and is not affected.
+    """
+    global _POOLS
+    if _POOLS is None:
+        from threadpoolctl import ThreadpoolController
+        _POOLS = ThreadpoolController()
+    return _POOLS.limit(limits=1, user_api="blas")
 
 
 @dataclass
@@ -89,6 +111,48 @@ class LiveState:
     consensus: float = 0.0
     bytes_up: int | None = None        # cumulative payload bytes clients → server (None: not counted)
     bytes_down: int | None = None      # cumulative payload bytes server → clients
+
+
+def _map(path: str, dtype):
+    """(mmap or None, read-only array of ``dtype`` over the whole file)."""
+    if os.path.getsize(path) == 0:
+        return None, np.empty(0, dtype=dtype)
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return mm, np.frombuffer(mm, dtype=dtype)
+
+
+def _release(mm, lo: int, hi: int) -> None:
+    """Drop bytes lo..hi of a read-only file mapping from this process's resident memory (page cache kept)."""
+    if mm is None or hi <= lo or not hasattr(mm, "madvise"):
+        return
+    start = lo // mmap.PAGESIZE * mmap.PAGESIZE
+    stop = min(hi, len(mm))
+    if stop > start:
+        mm.madvise(mmap.MADV_DONTNEED, start, stop - start)
+
+
+def _frame(cols: dict, n: int) -> pd.DataFrame:
+    """``pd.DataFrame(cols)`` (same columns, order and dtypes), built from one float64 block.
+
+    The float columns (hundreds with per-client columns) are stacked into one
+    (n, C) array and the others inserted at their places: pandas' column-by-
+    column construction cost more than the rest of a chunk's bookkeeping.
+    """
+    names = list(cols)
+    arrays = [np.asarray(cols[k]) for k in names]
+    floats = [i for i, a in enumerate(arrays) if a.dtype == np.float64 and a.shape == (n,)]
+    if len(floats) < 2:
+        return pd.DataFrame(cols)
+    block = np.empty((n, len(floats)))
+    for j, i in enumerate(floats):
+        block[:, j] = arrays[i]
+    frame = pd.DataFrame(block, columns=[names[i] for i in floats], copy=False)
+    fl = set(floats)
+    for i in range(len(names)):
+        if i not in fl:
+            frame.insert(i, names[i], arrays[i])
+    return frame
 
 
 def _project_rows(x: np.ndarray, radius: float | None) -> np.ndarray:
@@ -130,7 +194,8 @@ class RegretTracker:
     def __init__(self, stream, main: str, learners: list[str], radius: float | None = None,
                  sink=None, spool_dir: str | None = None, reservoir_size: int = 4096, seed: int = 0,
                  client_columns: bool = True, step_size=None, tau: int | None = None,
-                 refresh_every: int | None = None, memory_budget_mb: float = 512.0, client_hindsight_max: int = 4096):
+                 refresh_every: int | None = None, memory_budget_mb: float = 512.0, client_hindsight_max: int = 4096,
+                 refit_every: int = 1024):
         self.M, self.d, self.b = stream.n_clients, stream.n_features, stream.batch_size
         self.task, self.K = stream.task, (stream.n_classes if stream.task == "softmax" else 1)
         self.population = stream.population
@@ -148,6 +213,7 @@ class RegretTracker:
         self.checkpoints = set(np.unique(np.geomspace(max(1, T / 2**15), T, 16).astype(int)).tolist())
         # auto: every step while a solve is cheap (d ≤ 16), else every 1024 steps
         self.refresh_every = max(1, int(refresh_every)) if refresh_every else (1 if self.d <= 16 else 1024)
+        self.refit_every = max(1, int(refit_every))        # logistic/softmax reservoir refits
         self.memory_budget_mb = float(memory_budget_mb)
         self.client_hindsight_max = int(client_hindsight_max)
         self.notes = []
@@ -178,10 +244,13 @@ class RegretTracker:
         self.client_opt_sums = [np.zeros(self.M), np.zeros((self.M, self.d)), np.zeros(self.M), np.zeros(self.M)]
         self.client_exp = np.zeros(self.M)
         self.client_dyn = np.zeros(self.M)
-        self.optima_spool = None
-        self.scale_spool = None
+        # logistic expected comparators: running sums of the optima (network weights 1/M, and each
+        # client alone), snapshotted at the checkpoints; solved at the end (O(M d) memory, nothing spooled)
+        self.exp_sums = self.client_exp_sums = None
+        self.exp_snaps = {}
         if self.known and self.task == "logistic":
-            self.optima_spool = open(os.path.join(self.spool_dir, "optima.bin"), "wb")
+            self.exp_sums = self.population.running_sums(per_client=False)
+            self.client_exp_sums = self.population.running_sums(per_client=True)
         self.dynamic = 0.0
         self.consensus_part = 0.0
         self.cum_consensus = 0.0
@@ -215,7 +284,7 @@ class RegretTracker:
         self._comm = (up, down)
 
     def update(self, chunk, losses: dict, models: np.ndarray, comm=None) -> pd.DataFrame:
-        """Count one chunk of steps.
+        """Count one chunk of steps (BLAS on one thread meanwhile, :func:`one_blas_thread`).
 
         Parameters
         ----------
@@ -250,6 +319,10 @@ class RegretTracker:
           squares), ``client<m>_regret_expected`` (synthetic least squares),
           ``client<m>_regret_dynamic`` (synthetic).
         """
+        with one_blas_thread():
+            return self._update(chunk, losses, models, comm)
+
+    def _update(self, chunk, losses, models, comm):
         n = chunk.n_steps
         c = chunk.weights()
         present = np.ones((n, self.M), bool) if chunk.mask is None else chunk.mask
@@ -284,9 +357,9 @@ class RegretTracker:
         else:
             comp = np.empty(n)
             start = 0
-            for stop in refit_points(chunk.t0, n):
+            for stop in refit_points(chunk.t0, n, self.refit_every):
                 marks = chunk.t0 + stop
-                refit = marks in (16, 32, 64, 128) or marks % 256 == 0 or marks == self.T
+                refit = is_refit_step(marks, self.refit_every) or marks == self.T
                 part = chunk.slice(start, stop)
                 comp[start:stop] = self.reservoir.update(part.X, part.y, c[start:stop],
                                                          losses[self.main][start:stop], refit)
@@ -308,7 +381,7 @@ class RegretTracker:
             est, self.prev_est = empirical_estimates(self.task, average, chunk.X, chunk.y, c, self.prev_est,
                                                      noise_free=self.dirac)
         virtual_loss = est["virtual_loss"] if est is not None else \
-            np.einsum("nm,nm->n", c, client_gradients(self.task, average, chunk.X, chunk.y)[2])
+            np.einsum("nm,nm->n", c, client_losses(self.task, average, chunk.X, chunk.y))
         cum_virtual = self.cum_virtual + np.cumsum(virtual_loss)
         self.cum_virtual = float(cum_virtual[-1])
         cols["cum_loss_virtual"] = cum_virtual
@@ -387,7 +460,7 @@ class RegretTracker:
         if comm is not None:
             cols["bytes_up"], cols["bytes_down"] = comm
             self.state.bytes_up, self.state.bytes_down = int(comm[0][-1]), int(comm[1][-1])
-        frame = pd.DataFrame(cols)
+        frame = _frame(cols, n)
         self._refresh_state(frame, int(present.sum()) * self.b)
         if self.sink is not None:
             self.sink(frame)
@@ -461,11 +534,17 @@ class RegretTracker:
             self.client_opt_sums = [Kc[-1].copy(), Kw[-1].copy(), Kww[-1].copy(), Kn[-1].copy()]
             client_expected = client_exp - self._ls_comparator(Kc, Kw, Kww, Kn, s0)
         else:
-            self.optima_spool.write(np.ascontiguousarray(opt, dtype=np.float64).tobytes())
-            if sc is not None:
-                if self.scale_spool is None:
-                    self.scale_spool = open(os.path.join(self.spool_dir, "scale.bin"), "wb")
-                self.scale_spool.write(np.ascontiguousarray(sc, dtype=np.float64).tobytes())
+            n, M = c.shape
+            s_all = np.broadcast_to(pop.feature_scale if sc is None else sc, (n, M))
+            cnet = np.full((n, M), 1.0 / M)
+            start = 0
+            for i in np.flatnonzero(np.isin(ts, list(self.checkpoints))):
+                self.exp_sums.absorb(opt[start:i + 1], cnet[start:i + 1], s_all[start:i + 1])
+                self.exp_snaps[int(ts[i])] = self.exp_sums.snapshot()
+                start = i + 1
+            if start < n:
+                self.exp_sums.absorb(opt[start:], cnet[start:], s_all[start:])
+            self.client_exp_sums.absorb(opt, np.ones((n, M)), s_all)
             out["regret_expected"] = np.full(len(c), np.nan)
         # dynamic: F_t(x̄_t) − F_t(u_t), with F_t = Σ_m c F_{t,m}
         u = pop.minimize_mean(opt, x0=None if self.u_prev is None else np.broadcast_to(self.u_prev, average.shape),
@@ -539,8 +618,11 @@ class RegretTracker:
             return (f"exact at steps t ≤ 16, powers of two, every {k} steps (tracker.refresh_every), the "
                     f"checkpoints and T; in between the last exact minimiser's loss (an upper bound on the "
                     f"comparator, so a live regret ≤ the exact one)")
-        return ("estimate on a reservoir of samples refitted at steps 16, 32, 64, 128 and every 256 steps; "
-                "exact at the end of the run")
+        k = self.refit_every
+        powers = ", ".join(str(1 << i) for i in range(4, 63) if (1 << i) < k)
+        return (f"estimate on a reservoir of samples refitted (L-BFGS, warm-started) at steps "
+                f"{powers + ', ' if powers else ''}every {k} steps (tracker.refit_every) and T; between refits "
+                f"the last fit's estimate; exact at the end of the run")
 
     def smoothness(self) -> float:
         """L: the population's, or estimated from the running second moment of
@@ -600,29 +682,64 @@ class RegretTracker:
         return out
 
     def _blocks(self, upto: int | None = None, block_rows: int = 1 << 16, client: int | None = None):
+        """A callable yielding (X, y, w) blocks of the recorded stream (up to step ``upto``, or one client's rows).
+
+        The spool files are memory-mapped and every block's pages are released
+        from the process (``madvise(MADV_DONTNEED)``; they stay in the page
+        cache) once the block is used, so the resident memory of the end-of-run
+        solves stays at about one block, whatever T.
+        """
         d = self.d
-        X = np.memmap(os.path.join(self.spool_dir, "X.bin"), dtype=np.float64, mode="r").reshape(-1, d)
-        y = np.memmap(os.path.join(self.spool_dir, "y.bin"), dtype=np.float64, mode="r")
-        w = np.memmap(os.path.join(self.spool_dir, "w.bin"), dtype=np.float64, mode="r")
-        t = np.memmap(os.path.join(self.spool_dir, "t.bin"), dtype=np.int64, mode="r")
+        (mX, X), (my, y), (mw, w), (mt, t) = (_map(os.path.join(self.spool_dir, name), dt) for name, dt in
+                                              (("X.bin", np.float64), ("y.bin", np.float64),
+                                               ("w.bin", np.float64), ("t.bin", np.int64)))
+        X = X.reshape(-1, d)
         N = len(y) if upto is None else int(np.searchsorted(t, upto, side="right"))
+        _release(mt, 0, t.nbytes)
+
+        def release(i, j):                     # rows i..j of the spool (all clients)
+            _release(mX, i * d * 8, j * d * 8)
+            _release(my, i * 8, j * 8)
+            _release(mw, i * 8, j * 8)
+
         if client is not None:
             # rows are ordered (t, m, b): client m's rows of every step; weight 1/b when present
             M, b = self.M, self.b
-            Xc = X[:N].reshape(-1, M, b, d)[:, client].reshape(-1, d)
-            yc = y[:N].reshape(-1, M, b)[:, client].reshape(-1)
+            Xc = X[:N].reshape(-1, M, b, d)[:, client]
+            yc = np.ascontiguousarray(y[:N].reshape(-1, M, b)[:, client].reshape(-1))
             wc = (w[:N].reshape(-1, M, b)[:, client].reshape(-1) > 0) / b
+            if Xc.nbytes <= CLIENT_GATHER_BYTES:
+                # one gather of the client's strided rows per solve, not one per objective evaluation;
+                # piece by piece, each piece's pages released (the kernel maps whole neighbourhoods of
+                # the rows it faults in, so gathering in one go made the whole spool resident)
+                steps = Xc.shape[0]
+                per = max(1, (64 << 20) // max(1, M * b * d * 8))
+                out = np.empty(Xc.shape)
+                for s0 in range(0, steps, per):
+                    s1 = min(steps, s0 + per)
+                    out[s0:s1] = Xc[s0:s1]
+                    release(s0 * M * b, s1 * M * b)
+                Xc = out.reshape(-1, d)
+                block_rows = max(1, len(yc))
+                strided = False
+            else:
+                Xc = Xc.reshape(-1, d)
+                strided = True
+            release(0, N)
 
             def client_blocks():
                 for i in range(0, len(yc), block_rows):
                     j = min(len(yc), i + block_rows)
-                    yield np.asarray(Xc[i:j]), np.asarray(yc[i:j]), np.asarray(wc[i:j], dtype=np.float64)
+                    yield np.ascontiguousarray(Xc[i:j]), yc[i:j], np.asarray(wc[i:j], dtype=np.float64)
+                    if strided:               # steps i//b .. (j-1)//b of every client
+                        release(i // b * M * b, ((j - 1) // b + 1) * M * b)
             return client_blocks
 
         def blocks():
             for i in range(0, N, block_rows):
                 j = min(N, i + block_rows)
-                yield np.asarray(X[i:j]), np.asarray(y[i:j]), np.asarray(w[i:j])
+                yield X[i:j], y[i:j], w[i:j]
+                release(i, j)
         return blocks
 
     def finalize(self) -> dict:
@@ -639,8 +756,12 @@ class RegretTracker:
         values}) with ``client_regret_spread`` ({comparator: min, median,
         max}), the heterogeneity summary, ``client_steps`` (steps each client
         was present, (M,)) and ``client_last_step`` (its last such step t, 0
-        if none).
+        if none). BLAS runs on one thread meanwhile (:func:`one_blas_thread`).
         """
+        with one_blas_thread():
+            return self._finalize()
+
+    def _finalize(self) -> dict:
         st = self.state
         out = {"t": st.t, "cum_loss": dict(st.cum_loss),
                "regret_static": st.regret.get("static"),
@@ -689,38 +810,18 @@ class RegretTracker:
                 self.notes.append(f"per-client static regret skipped: M = {self.M} clients exceed "
                                   f"tracker.client_hindsight_max = {self.client_hindsight_max} (one exact solver "
                                   f"run per client at the end); the network comparator is exact")
-            if self.optima_spool is not None:
-                self.optima_spool.close()
-                if self.scale_spool is not None:
-                    self.scale_spool.close()
-                path = os.path.join(self.spool_dir, "optima.bin")
-                opt = np.memmap(path, dtype=np.float64, mode="r").reshape(-1, self.M, self.d)
-                scl = None if self.scale_spool is None else np.memmap(
-                    os.path.join(self.spool_dir, "scale.bin"), dtype=np.float64, mode="r").reshape(-1, self.M)
-
-                def wblocks():
-                    for i in range(0, len(opt), 1024):
-                        yield np.asarray(opt[i:i + 1024])
-
-                def sblocks():
-                    for i in range(0, len(scl), 1024):
-                        yield np.asarray(scl[i:i + 1024])
-                sb = None if scl is None else sblocks
+            if self.exp_sums is not None and self.exp_sums.B is not None:
                 self.checkpoint_exp[st.t] = (self.exp_learner, self.exp_virtual)
                 marks = sorted(self.checkpoint_exp)
-                sols = self.population.minimize_prefix_sums(wblocks, marks, radius=self.radius, scale_blocks=sb)
-                out["expected_checkpoints"] = [(int(tt), float(self.checkpoint_exp[tt][0] - v),
-                                                float(self.checkpoint_exp[tt][1] - v))
+                last = self.exp_sums.snapshot()
+                sols = [self.exp_sums.solve(self.radius, self.exp_snaps.get(tt, last)) for tt in marks]
+                out["expected_checkpoints"] = [(int(tt), float(self.checkpoint_exp[tt][0] - v[0]),
+                                                float(self.checkpoint_exp[tt][1] - v[0]))
                                                for tt, (_, v) in zip(marks, sols)]
-                comp = sols[-1][1]
+                comp = float(sols[-1][1][0])
                 out["regret_expected"] = float(self.exp_learner - comp)
                 out["regret_expected_virtual"] = float(self.exp_virtual - comp)
-
-                def ones():
-                    for i in range(0, len(opt), 1024):
-                        yield np.ones((min(1024, len(opt) - i), self.M))
-                _, ccomp = self.population.minimize_sum(wblocks, ones, radius=self.radius, scale_blocks=sb,
-                                                        per_client=True)
+                _, ccomp = self.client_exp_sums.solve(self.radius)
                 clients["expected"] = self.client_exp - ccomp
             for name in os.listdir(self.spool_dir):
                 os.remove(os.path.join(self.spool_dir, name))

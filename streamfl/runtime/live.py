@@ -108,8 +108,10 @@ class LiveView:
         r.add_column("R_t", justify="right")
         r.add_column("R_t/√t", justify="right")
         k = getattr(tracker, "refresh_every", 1)
+        refit = getattr(tracker, "refit_every", None)
         static_label = "best fixed model (hindsight)" + (
-            ", live estimate" if not tracker.hindsight else "" if k == 1 else f", exact every {k} steps‡")
+            (f", live estimate refitted every {refit} steps" if refit else ", live estimate")
+            if not tracker.hindsight else "" if k == 1 else f", exact every {k} steps‡")
         labels = {"static": static_label,
                   "expected": "expected, FedSEA eq. (3)", "dynamic": "per-step optimum (dynamic)"}
         notes = []
