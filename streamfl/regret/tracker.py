@@ -65,7 +65,6 @@ import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from .fastquad import kappa_unique, softplus_mean
 from .comparators import LeastSquaresHindsight, ReservoirHindsight, quadratic_min, refit_points, solve_hindsight
@@ -214,7 +213,7 @@ class RegretTracker:
         """The next chunk's cumulative bytes up and down after each step, (n,) int each (see :meth:`update`)."""
         self._comm = (up, down)
 
-    def update(self, chunk, losses: dict, models: np.ndarray, comm=None) -> pd.DataFrame:
+    def update(self, chunk, losses: dict, models: np.ndarray, comm=None) -> "pandas.DataFrame":
         """Count one chunk of steps.
 
         Parameters
@@ -387,6 +386,7 @@ class RegretTracker:
         if comm is not None:
             cols["bytes_up"], cols["bytes_down"] = comm
             self.state.bytes_up, self.state.bytes_down = int(comm[0][-1]), int(comm[1][-1])
+        import pandas as pd   # here, not at import: pandas costs ~0.3 s of start-up before the first step
         frame = pd.DataFrame(cols)
         self._refresh_state(frame, int(present.sum()) * self.b)
         if self.sink is not None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:            # pandas is imported by the tracker when the first chunk's rows exist
+    import pandas as pd
 
 
 class MetricsSink:
