@@ -22,8 +22,6 @@ import math
 
 import numpy as np
 from numba import njit, types
-from scipy.optimize import minimize
-from scipy.special import logsumexp
 
 from ..models.losses import get_loss
 
@@ -271,9 +269,7 @@ _F64_1 = types.Array(types.float64, 1, "C", readonly=True)   # writable arrays c
 _F64_2 = types.Array(types.float64, 2, "C", readonly=True)
 
 
-@njit(types.Tuple((types.float64, types.float64[::1]))(_F64_1, _F64_2, _F64_1, _F64_1),
-      cache=True, fastmath={"reassoc", "contract", "nsz", "arcp"}, error_model="numpy")
-def _weighted_logistic(theta, X, y, w):
+def _weighted_logistic_py(theta, X, y, w):
     """Σ_i w_i (log(1 + e^{z_i}) − y_i z_i), z_i = x_i·θ, and its gradient Σ_i w_i (σ(z_i) − y_i) x_i.
 
     One pass over the rows of X. Each loss is the sum of the non-negative
@@ -311,6 +307,23 @@ def _weighted_logistic(theta, X, y, w):
     return total, grad
 
 
+_WEIGHTED_LOGISTIC = []   # the compiled kernel, made (loaded from numba's cache) on first use
+
+
+def _weighted_logistic(theta, X, y, w):
+    """:func:`_weighted_logistic_py` compiled for read-only C-contiguous float64 arrays.
+
+    Compiled (loaded from numba's cache) at the first call rather than at
+    import: a run reaches its first step without it (start-up), and only the
+    logistic hindsight solves call it.
+    """
+    if not _WEIGHTED_LOGISTIC:
+        sig = types.Tuple((types.float64, types.float64[::1]))(_F64_1, _F64_2, _F64_1, _F64_1)
+        _WEIGHTED_LOGISTIC.append(njit(sig, cache=True, fastmath={"reassoc", "contract", "nsz", "arcp"},
+                                       error_model="numpy")(_weighted_logistic_py))
+    return _WEIGHTED_LOGISTIC[0](theta, X, y, w)
+
+
 def weighted_loss_and_grad(task: str, theta: np.ndarray, shape, X: np.ndarray, y: np.ndarray, w: np.ndarray):
     """Σ_i w_i f(θ, x_i, y_i) and its gradient, for a flat parameter vector.
 
@@ -325,6 +338,7 @@ def weighted_loss_and_grad(task: str, theta: np.ndarray, shape, X: np.ndarray, y
         z = X @ W
         rows = np.arange(len(y))
         yi = y.astype(np.int64)
+        from scipy.special import logsumexp
         lse = logsumexp(z, axis=1)
         loss = lse - z[rows, yi]
         p = np.exp(z - lse[:, None])
@@ -368,6 +382,7 @@ def solve_hindsight(task: str, blocks, shape, radius: float | None = None, x0: n
             grad += g
         return total, grad
 
+    from scipy.optimize import minimize      # here, not at import: ~0.3 s of start-up a run does not need then
     theta0 = np.zeros(int(np.prod(shape))) if x0 is None else x0
     res = minimize(fun, theta0, jac=True, method="L-BFGS-B", options={"maxiter": 2000, "gtol": 1e-10, "ftol": 1e-15})
     x, value = res.x, float(res.fun)

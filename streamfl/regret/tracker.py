@@ -67,7 +67,6 @@ import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from .fastquad import kappa_unique, softplus_mean
 from .comparators import (LeastSquaresHindsight, ReservoirHindsight, is_refit_step, quadratic_min, refit_points,
@@ -132,13 +131,14 @@ def _release(mm, lo: int, hi: int) -> None:
         mm.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
 
-def _frame(cols: dict, n: int) -> pd.DataFrame:
+def _frame(cols: dict, n: int) -> "pandas.DataFrame":
     """``pd.DataFrame(cols)`` (same columns, order and dtypes), built from one float64 block.
 
     The float columns (hundreds with per-client columns) are stacked into one
     (n, C) array and the others inserted at their places: pandas' column-by-
     column construction cost more than the rest of a chunk's bookkeeping.
     """
+    import pandas as pd   # here, not at import: pandas costs ~0.3 s of start-up before the first step
     names = list(cols)
     arrays = [np.asarray(cols[k]) for k in names]
     floats = [i for i, a in enumerate(arrays) if a.dtype == np.float64 and a.shape == (n,)]
@@ -283,7 +283,7 @@ class RegretTracker:
         """The next chunk's cumulative bytes up and down after each step, (n,) int each (see :meth:`update`)."""
         self._comm = (up, down)
 
-    def update(self, chunk, losses: dict, models: np.ndarray, comm=None) -> pd.DataFrame:
+    def update(self, chunk, losses: dict, models: np.ndarray, comm=None) -> "pandas.DataFrame":
         """Count one chunk of steps (BLAS on one thread meanwhile, :func:`one_blas_thread`).
 
         Parameters

@@ -5,9 +5,12 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:            # pandas is imported by the tracker when the first chunk's rows exist
+    import pandas as pd
 
 FLOAT_FORMAT = "%.10g"
 
