@@ -723,6 +723,9 @@ def vertical(config: Path = typer.Option(..., "--config", "-c", help="Vertical c
     try:
         _check_out(out)
         cfg = load_vertical_config(config)
+        from .vertical.spec import compressor_lines, resolved_compressors
+        for line in compressor_lines(resolved_compressors(cfg)):
+            console.print(line, highlight=False, soft_wrap=True)
         if broker is None:
             from .vertical.spec import run_embedded, write_results
             def show(row):      # the live view: one line per round

@@ -80,3 +80,14 @@ def test_a_diverging_run_stops_with_the_divergence_message_not_a_compressor_erro
         update={"step_size": cfg.learner.step_size.model_copy(update={"eta": 1e308})})})
     with pytest.raises(DivergenceError, match="learner 'fedsea' diverged at step t="):
         run_experiment(cfg, tmp_path / "a", plots=False)
+
+
+def test_a_top_k_raised_from_zero_to_one_is_said_in_the_run_header():
+    # d = 10 logistic weights at b = 1: ⌊10·1/32⌋ = 0, and TopK keeps max(1, ·) = 1 per upload
+    from streamfl.config import ExperimentConfig
+    from streamfl.generators.build import build_stream
+    from streamfl.runtime.header import describe_inputs
+    cfg = ExperimentConfig.model_validate({"steps": 20, "learner": {"compression": {"kind": "topk", "bits": 1}}})
+    notes = describe_inputs(cfg, build_stream(cfg))["notes"]
+    assert ("learner.compression top-k: ⌊P·b/32⌋ = ⌊10·1/32⌋ = 0 for a model of P = 10 weights; "
+            "each upload keeps k = 1") in notes

@@ -38,3 +38,20 @@ def test_vertical_embedded_run_and_one_line_errors(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "error: config error: batch_size: Input should be greater than or equal to 1 (got 0)"]
     assert not (tmp_path / "x").exists()
+
+
+def test_header_and_summary_say_which_compressor_each_side_used_and_a_raised_top_k(tmp_path):
+    # server_compressor not given: θ_0 (16·4·10 + 10 = 650 weights) goes through `compressor` too, and the run says so;
+    # top-k at b = 1 on P = 16 gives ⌊16·1/32⌋ = 0, which TopK raises to k = 1: stated, not silent
+    (tmp_path / "t.yaml").write_text("kind: vertical\nseed: 1\nsamples: 32\nbatch_size: 16\nlocal_iterations: 1\n"
+                                     "compressor: {kind: topk, bits: 1}\n")
+    proc = cli(tmp_path, "vertical", "--config", "t.yaml", "--out", "run", "--no-live")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == ("embeddings C_m: topk b = 1, k = 1 of 16 (from compressor); "
+                        "top-k: ⌊P·b/32⌋ = ⌊16·1/32⌋ = 0, raised to k = 1")
+    assert lines[1] == "server model C_0: topk b = 1, k = 20 of 650 (from compressor (server_compressor not given))"
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["compressors"]["server"] == {"kind": "topk", "bits": 1, "components": 650, "k": 20,
+                                                "from": "compressor (server_compressor not given)"}
+    assert summary["compressors"]["embeddings"]["k"] == 1

@@ -74,6 +74,12 @@ def describe_inputs(cfg, stream) -> dict:
     notes = list(stream.notes_)
     if cfg.learner.model == "gmf":
         notes.extend(gmf_notes(cfg, stream))
+    comp = cfg.learner.compression
+    if comp is not None and comp.kind == "topk":
+        p = stream.n_features * (stream.n_classes if stream.task == "softmax" else 1)
+        if p * comp.bits // 32 == 0:      # TopK keeps max(1, ⌊P·b/32⌋) (streamfl.compression.topk)
+            notes.append(f"learner.compression top-k: ⌊P·b/32⌋ = ⌊{p}·{comp.bits}/32⌋ = 0 for a model of "
+                         f"P = {p} weights; each upload keeps k = 1")
     rows = None
     if hasattr(stream, "n_rows_"):
         dropped, beyond = int(stream.n_dropped_), int(stream.n_truncated_)

@@ -120,6 +120,44 @@ def compressors(cfg: VerticalConfig):
             make_compressor(spec0.kind, spec0.bits, range=None, axis=None))
 
 
+def resolved_compressors(cfg: VerticalConfig, n_parties: int = 4, n_classes: int = 10) -> dict:
+    """What each compressor of the run really is, for the run header and summary.json.
+
+    ``{"embeddings": {...}, "server": {...}}``, each with ``kind``, ``bits``,
+    ``components`` (P: the embedding size for C_m; the fusion layer's
+    E·M·K + K weights for C_0, :func:`initial_models`) and ``from`` (which
+    config field it comes from: ``server_compressor`` falls back to
+    ``compressor`` when not given). Top-k adds ``k`` = max(1, ⌊P·b/32⌋), at
+    most P, and a ``note`` when ⌊P·b/32⌋ = 0 was raised to 1.
+    """
+    out = {}
+    p0 = cfg.embedding * n_parties * n_classes + n_classes
+    for name, spec, where, p in (
+            ("embeddings", cfg.compressor, "compressor", cfg.embedding),
+            ("server", cfg.server_compressor or cfg.compressor,
+             "server_compressor" if cfg.server_compressor is not None else "compressor (server_compressor not given)",
+             p0)):
+        entry = {"kind": spec.kind, "bits": spec.bits, "components": p, "from": where}
+        if spec.kind == "topk":
+            raw = p * spec.bits // 32
+            entry["k"] = min(p, max(1, raw))
+            if raw == 0:
+                entry["note"] = f"top-k: ⌊P·b/32⌋ = ⌊{p}·{spec.bits}/32⌋ = 0, raised to k = 1"
+        out[name] = entry
+    return out
+
+
+def compressor_lines(resolved: dict) -> list[str]:
+    """One header line per compressor of :func:`resolved_compressors` (what is sent, and from which field)."""
+    lines = []
+    for name, label in (("embeddings", "embeddings C_m"), ("server", "server model C_0")):
+        e = resolved[name]
+        k = f", k = {e['k']} of {e['components']}" if "k" in e else f", {e['components']} components"
+        lines.append(f"{label}: {e['kind']} b = {e['bits']}{k} (from {e['from']})"
+                     + (f"; {e['note']}" if "note" in e else ""))
+    return lines
+
+
 def initial_models(cfg: VerticalConfig, widths, n_classes: int):
     """The M party models and the server model, initialised from ``cfg.seed`` (the same in every process)."""
     import torch
@@ -172,6 +210,6 @@ def write_results(out: Path, cfg: VerticalConfig, rows: list[dict], mode: str, e
     summary = {"mode": mode, "config": cfg.model_dump(), "rounds": len(rows), "samples": last.get("samples", 0),
                "mean_loss": last.get("cumulative_loss", float("nan")) / max(last.get("samples", 0), 1),
                "cumulative_loss": last.get("cumulative_loss"), "bytes_up": last.get("bytes_up", 0),
-               "bytes_down": last.get("bytes_down", 0), **(extra or {})}
+               "bytes_down": last.get("bytes_down", 0), "compressors": resolved_compressors(cfg), **(extra or {})}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
