@@ -119,29 +119,16 @@ def movielens_stream(path: str | Path, max_steps: int | None = None) -> Interact
     """
     import pandas as pd
 
-    p = Path(path)
-    if p.is_dir():
-        p = p / "u.data"
-    if not p.is_file():
-        raise FileNotFoundError(f"source.path: MovieLens 100K file not found: {p} (expected u.data: user, item, "
-                                f"rating, timestamp, tab-separated)")
-    df = pd.read_csv(p, sep="\t", header=None, names=["user", "item", "rating", "timestamp"], dtype=str,
-                     keep_default_na=False)
-    cols = {}
-    for c in ("user", "item", "timestamp"):
-        v = pd.to_numeric(df[c], errors="coerce")
-        if v.isna().any():
-            line = int(np.flatnonzero(v.isna().to_numpy())[0]) + 1
-            raise ValueError(f"{p}: line {line}: column '{c}' is {df[c].iloc[line - 1]!r}, expected an integer")
-        cols[c] = v.to_numpy(dtype=np.int64)
+    from .movielens import read_u_data
+    p, cols = read_u_data(path, field="source.path: ")
     pairs = pd.DataFrame({"u": cols["user"], "i": cols["item"]})
     dup = pairs.duplicated(keep="first").to_numpy()
     user_ids, u = np.unique(cols["user"][~dup], return_inverse=True)
     item_ids, i = np.unique(cols["item"][~dup], return_inverse=True)
-    notes = [f"implicit feedback: each of the {len(df):,} ratings is one interaction (rating values ignored)"]
+    notes = [f"implicit feedback: each of the {len(cols['user']):,} ratings is one interaction (rating values ignored)"]
     if dup.any():
         notes.append(f"{int(dup.sum())} repeated (user, item) ratings dropped (the first is kept)")
-    info = {"ratings_read": int(len(df)), "duplicates_dropped": int(dup.sum()), "n_users": int(len(user_ids)),
+    info = {"ratings_read": int(len(cols["user"])), "duplicates_dropped": int(dup.sum()), "n_users": int(len(user_ids)),
             "n_items": int(len(item_ids))}
     s = InteractionStream(u, i, cols["timestamp"][~dup], len(user_ids), len(item_ids), max_steps=max_steps,
                           source=f"MovieLens file {p}", notes=notes, info=info)

@@ -106,6 +106,37 @@ class ImplicitData:
         return np.bincount(self.train_items, minlength=self.n_items)
 
 
+def read_u_data(path, field: str = "") -> tuple[Path, dict[str, np.ndarray]]:
+    """The file ``u.data`` (or ``path/u.data``) as integer columns ``user``, ``item``, ``timestamp``, each (N,).
+
+    One reader for the round-based protocol and the streaming source.
+    ``field`` prefixes the not-found message (for example ``"source.path: "``).
+
+    Raises
+    ------
+    FileNotFoundError
+        If the file does not exist (names the path).
+    ValueError
+        If a line's user, item or timestamp is not an integer (names the line).
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / "u.data"
+    if not p.is_file():
+        raise FileNotFoundError(f"{field}MovieLens 100K file not found: {p} (expected u.data: user, item, "
+                                f"rating, timestamp, tab-separated)")
+    df = pd.read_csv(p, sep="\t", header=None, names=["user", "item", "rating", "timestamp"], dtype=str,
+                     keep_default_na=False)
+    cols = {}
+    for c in ("user", "item", "timestamp"):
+        v = pd.to_numeric(df[c], errors="coerce")
+        if v.isna().any():
+            line = int(np.flatnonzero(v.isna().to_numpy())[0]) + 1
+            raise ValueError(f"{p}: line {line}: column '{c}' is {df[c].iloc[line - 1]!r}, expected an integer")
+        cols[c] = v.to_numpy(dtype=np.int64)
+    return p, cols
+
+
 def load_ml100k(path: str | Path, n_test_negatives: int = 100, seed: int = 0,
                 min_interactions: int = MIN_INTERACTIONS) -> ImplicitData:
     """Read MovieLens 100K's ``u.data`` and split it leave-one-out (see module doc).
@@ -129,24 +160,11 @@ def load_ml100k(path: str | Path, n_test_negatives: int = 100, seed: int = 0,
         If a line does not hold four integer columns (names the line), or a
         user has too few non-interacted items for the test negatives.
     """
-    p = Path(path)
-    if p.is_dir():
-        p = p / "u.data"
-    if not p.is_file():
-        raise FileNotFoundError(f"MovieLens 100K file not found: {p} (expected u.data: user, item, rating, timestamp, tab-separated)")
-    df = pd.read_csv(p, sep="\t", header=None, names=["user", "item", "rating", "timestamp"], dtype=str,
-                     keep_default_na=False)
-    cols = {}
-    for c in ("user", "item", "timestamp"):
-        v = pd.to_numeric(df[c], errors="coerce")
-        if v.isna().any():
-            line = int(np.flatnonzero(v.isna().to_numpy())[0]) + 1
-            raise ValueError(f"{p}: line {line}: column '{c}' is {df[c].iloc[line - 1]!r}, expected an integer")
-        cols[c] = v.to_numpy(dtype=np.int64)
-    info = {"source": str(p), "ratings_read": int(len(df)),
+    p, cols = read_u_data(path)
+    info = {"source": str(p), "ratings_read": int(len(cols["user"])),
             "implicit": "every rating is one interaction (rating values ignored)"}
 
-    file_order = np.arange(len(df))
+    file_order = np.arange(len(cols["user"]))
     pairs = pd.DataFrame({"user": cols["user"], "item": cols["item"], "t": cols["timestamp"], "order": file_order})
     pairs = pairs.sort_values(["user", "t", "order"], kind="stable")
     dup = pairs.duplicated(["user", "item"], keep="last")

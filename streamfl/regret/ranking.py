@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..models.streaming_gmf import fit_fixed_gmf, fixed_gmf_losses, fixed_gmf_ranks
-from .tracker import LiveState
+from .tracker import LiveState, loss_columns
 
 COMPARATOR = ("estimate: the fixed GMF (same architecture) trained offline by full-batch Adam on the recorded "
               "stream (its positives and training negatives); GMF is non-convex, so the true best fixed model "
@@ -99,17 +99,7 @@ class RankingTracker:
         present = chunk.mask
         ts = chunk.t0 + 1 + np.arange(n)
         cols = {"t": ts}
-        net = {name: np.einsum("nm,nm->n", c, losses[name]) for name in self.learners}
-        cum = {}
-        for name in self.learners:
-            cum[name] = self.cum[name] + np.cumsum(net[name])
-            self.cum[name] = float(cum[name][-1])
-        cols["loss"] = net[self.main]
-        cols["cum_loss"] = cum[self.main]
-        for name in self.learners:
-            if name != self.main:
-                cols[f"cum_loss_{name}"] = cum[name]
-                cols[f"gap_{name}"] = cum[self.main] - cum[name]
+        cum = loss_columns(cols, c, losses, self.learners, self.main, self.cum)[1]
         ranks = observed["rank"]
         count = present.sum(axis=1)
         hits = ((ranks <= self.k) & present).sum(axis=1)

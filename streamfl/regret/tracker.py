@@ -131,6 +131,30 @@ def _release(mm, lo: int, hi: int) -> None:
         mm.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
 
+def loss_columns(cols: dict, c: np.ndarray, losses: dict, learners, main: str, totals: dict):
+    """Each learner's network loss and cumulative loss over a chunk, written into ``cols``; ``totals`` advanced.
+
+    ``c`` (n, M) are the clients' weights per step, ``losses[name]`` (n, M)
+    each learner's per-client losses (nats). Adds ``loss`` and ``cum_loss``
+    (the main learner) and ``cum_loss_<b>``, ``gap_<b>`` (cumulative loss of
+    the main learner minus baseline b's) to ``cols``; ``totals[name]`` is
+    the cumulative loss before the chunk and becomes the one after it.
+    Returns (net, cum): dicts of (n,) arrays.
+    """
+    net = {name: np.einsum("nm,nm->n", c, losses[name]) for name in learners}
+    cum = {}
+    for name in learners:
+        cum[name] = totals[name] + np.cumsum(net[name])
+        totals[name] = float(cum[name][-1])
+    cols["loss"] = net[main]
+    cols["cum_loss"] = cum[main]
+    for name in learners:
+        if name != main:
+            cols[f"cum_loss_{name}"] = cum[name]
+            cols[f"gap_{name}"] = cum[main] - cum[name]
+    return net, cum
+
+
 def _frame(cols: dict, n: int) -> "pandas.DataFrame":
     """``pd.DataFrame(cols)`` (same columns, order and dtypes), built from one float64 block.
 
@@ -328,17 +352,7 @@ class RegretTracker:
         present = np.ones((n, self.M), bool) if chunk.mask is None else chunk.mask
         ts = chunk.t0 + 1 + np.arange(n)
         cols = {"t": ts}
-        net = {name: np.einsum("nm,nm->n", c, losses[name]) for name in self.learners}
-        cum = {}
-        for name in self.learners:
-            cum[name] = self.cum[name] + np.cumsum(net[name])
-            self.cum[name] = float(cum[name][-1])
-        cols["loss"] = net[self.main]
-        cols["cum_loss"] = cum[self.main]
-        for name in self.learners:
-            if name != self.main:
-                cols[f"cum_loss_{name}"] = cum[name]
-                cols[f"gap_{name}"] = cum[self.main] - cum[name]
+        cum = loss_columns(cols, c, losses, self.learners, self.main, self.cum)[1]
         hits = np.flatnonzero(np.isin(ts, list(self.checkpoints)))
         for i in hits:
             self.checkpoint_loss[int(ts[i])] = float(cum[self.main][i])
