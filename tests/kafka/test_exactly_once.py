@@ -134,6 +134,11 @@ def test_duplicate_and_misplaced_data_records(cfg, embedded, tmp_path):
     with KafkaRun(cfg, BOOTSTRAP, workers=2, run_dir=tmp_path, timeout=45, keep_topics=True, hold_at=HOLD) as run:
         run.start()
         run.wait_reported(HOLD)
+
+        def split():      # both workers own partitions, none twice: the group's assignment has settled
+            owned = [set(_owned(run.log_dir / f"worker-{i}.log")) for i in (0, 1)]
+            return all(owned) and not (owned[0] & owned[1])
+        _wait_for(split, 30, "the two workers to split the partitions")   # a late joiner can still be rebalancing
         owners = {i: _owned(run.log_dir / f"worker-{i}.log") for i in (0, 1)}
         killed = next(i for i, ps in owners.items() if 0 in ps)
         other = 1 - killed
