@@ -69,6 +69,28 @@ def draw(seed, client, t, purpose, counter, n):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _eval_negatives(seed, m, t, n_eval, ever, stamp, M, out):  # pragma: no cover - compiled
+    """The n_eval distinct items client m's step-t positive is ranked against, in draw order, into ``out``.
+
+    Items user m interacts with anywhere in the stream (``ever[m]``) are
+    never drawn; ``stamp`` (I,) marks the items drawn for this (m, t). The
+    same draws (seed, m, t) in the engine and for the fixed comparator.
+    """
+    I = ever.shape[1]
+    got = 0
+    c = 0
+    mark = np.int64(t) * np.int64(M + 1) + m + 1
+    while got < n_eval:
+        j = draw(seed, m, t, EVAL, c, I)
+        c += 1
+        if ever[m, j] or stamp[j] == mark:
+            continue
+        stamp[j] = mark
+        out[got] = j
+        got += 1
+
+
+@njit(cache=True)
 def _row(m, j, Q, slot_map, slot_rows):  # pragma: no cover - compiled
     s = slot_map[m, j]
     return Q[j] if s < 0 else slot_rows[m, s]
@@ -111,6 +133,7 @@ def gmf_stream_step(P, Q, H, B, slot_map, slot_ids, slot_rows, slot_counts, n_sl
     n = 1 + n_neg
     g = np.empty(n)
     cand = np.empty(n, np.int64)
+    evals = np.empty(n_eval, np.int64)
     gp = np.empty(D)
     gh = np.empty(D)
     for m in range(M):
@@ -128,16 +151,8 @@ def gmf_stream_step(P, Q, H, B, slot_map, slot_ids, slot_rows, slot_counts, n_sl
             zpos += H[m, d] * P[m, d] * q[d]
         higher = 0
         equal = 0
-        got = 0
-        c = 0
-        mark = np.int64(t) * np.int64(M + 1) + m + 1
-        while got < n_eval:
-            j = draw(seed, m, t, EVAL, c, I)
-            c += 1
-            if ever[m, j] or stamp[j] == mark:
-                continue
-            stamp[j] = mark
-            got += 1
+        _eval_negatives(seed, m, t, n_eval, ever, stamp, M, evals)
+        for j in evals:
             qj = _row(m, j, Q, slot_map, slot_rows)
             z = B[m]
             for d in range(D):
@@ -421,7 +436,8 @@ def fixed_gmf_ranks(P, Q, h, b, users, items, ts, ever, seed, n_eval, stamp, out
     tie draws as :func:`gmf_stream_step` (same seed, client, step): ``out`` (R,) receives the ranks."""
     R = users.shape[0]
     M = P.shape[0]
-    I, D = Q.shape
+    D = Q.shape[1]
+    evals = np.empty(n_eval, np.int64)
     for r in range(R):
         m, i, t = users[r], items[r], ts[r]
         zpos = b
@@ -429,16 +445,8 @@ def fixed_gmf_ranks(P, Q, h, b, users, items, ts, ever, seed, n_eval, stamp, out
             zpos += h[d] * P[m, d] * Q[i, d]
         higher = 0
         equal = 0
-        got = 0
-        c = 0
-        mark = np.int64(t) * np.int64(M + 1) + m + 1
-        while got < n_eval:
-            j = draw(seed, m, t, EVAL, c, I)
-            c += 1
-            if ever[m, j] or stamp[j] == mark:
-                continue
-            stamp[j] = mark
-            got += 1
+        _eval_negatives(seed, m, t, n_eval, ever, stamp, M, evals)
+        for j in evals:
             z = b
             for d in range(D):
                 z += h[d] * P[m, d] * Q[j, d]
