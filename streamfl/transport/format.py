@@ -422,6 +422,18 @@ def _array(name: str, a, dtype: str) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.dtype(dtype))
 
 
+def _n_arrays(kind: MsgType, arrays: list, n: int) -> None:
+    """Refuse a record of ``kind`` that does not carry exactly n arrays (``shape_mismatch``)."""
+    if len(arrays) != n:
+        raise FormatError("shape_mismatch", f"{kind.name} carries {len(arrays)} arrays, expected {n}")
+
+
+def _clients(kind: MsgType, shape: tuple, letter: str) -> None:
+    """Refuse a clients array that is not (q,) with q ≥ 1 (``shape_mismatch``; ``letter`` names q in the message)."""
+    if not (len(shape) == 1 and shape[0] >= 1):
+        raise FormatError("shape_mismatch", f"{kind.name} clients must be ({letter},) with {letter} ≥ 1, got {shape}")
+
+
 def _check_shapes(kind: MsgType, arrays: list[np.ndarray], flags: int = 0):
     """Shape rules shared by encode and decode."""
     shapes = [a.shape for a in arrays]
@@ -440,19 +452,15 @@ def _check_shapes(kind: MsgType, arrays: list[np.ndarray], flags: int = 0):
             if shapes[2] != (X[1],):
                 raise FormatError("shape_mismatch", f"DATA optimum must be (d,) = ({X[1]},), got {shapes[2]}")
     elif kind == MsgType.UPDATE:
-        if len(arrays) != 2:
-            raise FormatError("shape_mismatch", f"UPDATE carries {len(arrays)} arrays, expected 2")
+        _n_arrays(kind, arrays, 2)
         c, m = shapes
-        if not (len(c) == 1 and c[0] >= 1):
-            raise FormatError("shape_mismatch", f"UPDATE clients must be (q,) with q ≥ 1, got {c}")
+        _clients(kind, c, "q")
         if len(m) != 2:
             raise FormatError("shape_mismatch", f"UPDATE model_sum must be (d, K), got {m}")
     elif kind == MsgType.COMPRESSED_UPDATE:
-        if len(arrays) != 3:
-            raise FormatError("shape_mismatch", f"COMPRESSED_UPDATE carries {len(arrays)} arrays, expected 3")
+        _n_arrays(kind, arrays, 3)
         c, lengths, payloads = shapes
-        if not (len(c) == 1 and c[0] >= 1):
-            raise FormatError("shape_mismatch", f"COMPRESSED_UPDATE clients must be (q,) with q ≥ 1, got {c}")
+        _clients(kind, c, "q")
         if lengths != c:
             raise FormatError("shape_mismatch", f"COMPRESSED_UPDATE lengths must be {c}, got {lengths}")
         if len(payloads) != 1:
@@ -461,11 +469,9 @@ def _check_shapes(kind: MsgType, arrays: list[np.ndarray], flags: int = 0):
             raise FormatError("shape_mismatch", f"COMPRESSED_UPDATE lengths sum to {int(arrays[1].sum())} but "
                                                 f"{payloads[0]} payload bytes are carried")
     elif kind == MsgType.SPARSE_UPDATE:
-        if len(arrays) != 6:
-            raise FormatError("shape_mismatch", f"SPARSE_UPDATE carries {len(arrays)} arrays, expected 6")
+        _n_arrays(kind, arrays, 6)
         c, ns, nr, ids, rows, counts = shapes
-        if not (len(c) == 1 and c[0] >= 1):
-            raise FormatError("shape_mismatch", f"SPARSE_UPDATE clients must be (q,) with q ≥ 1, got {c}")
+        _clients(kind, c, "q")
         if ns != c or nr != c:
             raise FormatError("shape_mismatch", f"SPARSE_UPDATE n_samples and n_rows must be {c}, got {ns} and {nr}")
         if len(ids) != 1:
@@ -477,19 +483,16 @@ def _check_shapes(kind: MsgType, arrays: list[np.ndarray], flags: int = 0):
         if int(arrays[2].sum()) != ids[0]:
             raise FormatError("shape_mismatch", f"SPARSE_UPDATE n_rows sum to {int(arrays[2].sum())} but {ids[0]} rows are carried")
     elif kind == MsgType.LOSS:
-        if len(arrays) != 3:
-            raise FormatError("shape_mismatch", f"LOSS carries {len(arrays)} arrays, expected 3")
+        _n_arrays(kind, arrays, 3)
         c, l, p = shapes
-        if not (len(c) == 1 and c[0] >= 1):
-            raise FormatError("shape_mismatch", f"LOSS clients must be (k,) with k ≥ 1, got {c}")
+        _clients(kind, c, "k")
         if l != c:
             raise FormatError("shape_mismatch", f"LOSS losses must be {c}, got {l}")
         if not (len(p) == 3 and p[0] == c[0]):
             raise FormatError("shape_mismatch", f"LOSS played must be ({c[0]}, d, K), got {p}")
     else:
         name = "STATE model" if kind == MsgType.STATE else "GLOBAL model"
-        if len(arrays) != 1:
-            raise FormatError("shape_mismatch", f"{kind.name} carries {len(arrays)} arrays, expected 1")
+        _n_arrays(kind, arrays, 1)
         if len(shapes[0]) != 2:
             raise FormatError("shape_mismatch", f"{name} must be (d, K), got {shapes[0]}")
 
