@@ -21,3 +21,40 @@ def read_topic(bootstrap: str, topic: str, partition: int = 0):
         return out
     finally:
         reader.close()
+
+
+# ---- the roles started by hand (tests/kafka/test_equivalence.py, test_compressed_uploads.py) -------------------
+def roles_by_hand(bootstrap: str, cwd, config: str, run_id: str) -> str:
+    """`streamfl aggregate | worker | produce` and `track --out kafka` started from ``cwd`` with ``--config
+    config``, as a user types them; asserts every role exits 0, deletes the run's topics, and returns what
+    the tracker printed."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from streamfl.transport.state import delete_state_topic
+    from streamfl.transport.topics import Topics, delete_topics
+
+    common = ["--broker", bootstrap, "--run-id", run_id, "--config", config]
+    root = str(Path(__file__).resolve().parents[2])
+
+    def role(*argv, **kw):
+        return subprocess.Popen([sys.executable, "-m", "streamfl.cli", *argv, *common], cwd=cwd,
+                                env={**os.environ, "PYTHONPATH": root}, text=True, **kw)
+    procs = []
+    try:
+        procs = [role(r, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for r in ("aggregate", "worker", "produce")]
+        tracker = role("track", "--out", "kafka", "--timeout", "60", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        procs.append(tracker)
+        out, errs = tracker.communicate(timeout=180)
+        assert tracker.returncode == 0, errs
+        for p in procs[:-1]:
+            assert p.wait(60) == 0, p.stderr.read()
+        return out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        delete_topics(bootstrap, Topics(run_id))
+        delete_state_topic(bootstrap, run_id)

@@ -19,7 +19,7 @@ BOOTSTRAP = os.environ.get("STREAMFL_KAFKA")
 if not BOOTSTRAP:
     pytest.skip("STREAMFL_KAFKA is not set: start a broker with scripts/kafka-local start", allow_module_level=True)
 
-from conftest import read_topic  # noqa: E402
+from conftest import read_topic, roles_by_hand  # noqa: E402
 from test_exactly_once import _dead, _wait_for  # noqa: E402
 from streamfl.compression import dither_key  # noqa: E402
 from streamfl.config import parse_config  # noqa: E402
@@ -134,42 +134,16 @@ def test_malformed_compressed_updates_are_dead_lettered_and_the_run_still_equals
 def test_roles_started_by_hand_compress_as_the_embedded_run(tmp_path):
     """`streamfl aggregate | worker | produce | track` from a temporary folder with a compressed config: the
     aggregator reads learner.compression from --config, and the run folder equals the embedded one."""
-    import subprocess
-    import sys
     import uuid
-    from pathlib import Path
 
     from streamfl.config import load_config
-    from streamfl.transport.state import delete_state_topic
-    from streamfl.transport.topics import Topics, delete_topics
 
     (tmp_path / "run.yaml").write_text(
         f"seed: 4\nsteps: {T}\nsource: {{kind: synthetic, task: logistic, clients: {M}, dim: {D}}}\n"
         f"learner: {{tau: {TAU}, compression: {{kind: topk, bits: 8}}}}\nbaselines: []\n"
         "output: {format: parquet, plots: false}\n")
     want = run_experiment(load_config(tmp_path / "run.yaml"), tmp_path / "embedded", plots=False)
-    run_id = f"roles-compressed-{uuid.uuid4().hex[:8]}"
-    common = ["--broker", BOOTSTRAP, "--run-id", run_id, "--config", "run.yaml"]
-    root = str(Path(__file__).resolve().parents[2])
-
-    def role(*argv, **kw):
-        return subprocess.Popen([sys.executable, "-m", "streamfl.cli", *argv, *common], cwd=tmp_path,
-                                env={**os.environ, "PYTHONPATH": root}, text=True, **kw)
-    procs = []
-    try:
-        procs = [role(r, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for r in ("aggregate", "worker", "produce")]
-        tracker = role("track", "--out", "kafka", "--timeout", "60", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        procs.append(tracker)
-        out, errs = tracker.communicate(timeout=180)
-        assert tracker.returncode == 0, errs
-        for p in procs[:-1]:
-            assert p.wait(60) == 0, p.stderr.read()
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        delete_topics(BOOTSTRAP, Topics(run_id))
-        delete_state_topic(BOOTSTRAP, run_id)
+    roles_by_hand(BOOTSTRAP, tmp_path, "run.yaml", f"roles-compressed-{uuid.uuid4().hex[:8]}")
     import json
     got = json.loads((tmp_path / "kafka" / "summary.json").read_text())
     _assert_identical(tmp_path / "kafka", tmp_path / "embedded", got, want)

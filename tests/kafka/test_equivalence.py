@@ -14,6 +14,7 @@ BOOTSTRAP = os.environ.get("STREAMFL_KAFKA")
 if not BOOTSTRAP:
     pytest.skip("STREAMFL_KAFKA is not set: start a broker with scripts/kafka-local start", allow_module_level=True)
 
+from conftest import roles_by_hand  # noqa: E402
 from streamfl.config import parse_config  # noqa: E402
 from streamfl.runtime.experiment import run_experiment  # noqa: E402
 from streamfl.runtime.kafka_run import run_kafka_experiment  # noqa: E402
@@ -118,15 +119,9 @@ def test_separate_roles_read_a_file_source_as_the_embedded_run(tmp_path):
     """The roles started by hand from a temporary folder, with a config whose table path is relative to it:
     every role reads the same table, the tracker prints the run header, and summary.json equals embedded."""
     import json
-    import os
-    import subprocess
-    import sys
     import uuid
-    from pathlib import Path
 
     from streamfl.config import load_config
-    from streamfl.transport.state import delete_state_topic
-    from streamfl.transport.topics import Topics, delete_topics
 
     (tmp_path / "exp" / "data").mkdir(parents=True)
     rng = np.random.default_rng(5)
@@ -136,26 +131,7 @@ def test_separate_roles_read_a_file_source_as_the_embedded_run(tmp_path):
         "seed: 3\nsteps: null\nsource: {kind: file, path: data/t.csv, label: y, clients: 2}\n"
         "learner: {tau: 5, batch_size: 2}\nbaselines: []\noutput: {format: parquet, plots: false}\n")
     want = run_experiment(load_config(tmp_path / "exp" / "run.yaml"), tmp_path / "embedded", plots=False)
-    run_id = f"roles-file-{uuid.uuid4().hex[:8]}"
-    common = ["--broker", BOOTSTRAP, "--run-id", run_id, "--config", "exp/run.yaml"]
-    root = str(Path(__file__).resolve().parents[2])
-
-    def role(*argv, **kw):
-        return subprocess.Popen([sys.executable, "-m", "streamfl.cli", *argv, *common], cwd=tmp_path,
-                                env={**os.environ, "PYTHONPATH": root}, text=True, **kw)
-    try:
-        procs = [role(r, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for r in ("aggregate", "worker", "produce")]
-        tracker = role("track", "--out", "kafka", "--timeout", "60", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out, errs = tracker.communicate(timeout=180)
-        assert tracker.returncode == 0, errs
-        for p in procs:
-            assert p.wait(60) == 0, p.stderr.read()
-    finally:
-        for p in procs + [tracker]:
-            if p.poll() is None:
-                p.kill()
-        delete_topics(BOOTSTRAP, Topics(run_id))
-        delete_state_topic(BOOTSTRAP, run_id)
+    out = roles_by_hand(BOOTSTRAP, tmp_path, "exp/run.yaml", f"roles-file-{uuid.uuid4().hex[:8]}")
     lines = out.splitlines()
     assert lines[0] == f"input: file {tmp_path / 'exp' / 'data' / 't.csv'} → T = 10 steps, M = 2 clients, " \
                        f"d = 2 features incl. an intercept, b = 2"
