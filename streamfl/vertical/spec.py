@@ -130,6 +130,7 @@ def resolved_compressors(cfg: VerticalConfig, n_parties: int = 4, n_classes: int
     ``compressor`` when not given). Top-k adds ``k`` = max(1, ⌊P·b/32⌋), at
     most P, and a ``note`` when ⌊P·b/32⌋ = 0 was raised to 1.
     """
+    from ..compression import TopK
     out = {}
     p0 = cfg.embedding * n_parties * n_classes + n_classes
     for name, spec, where, p in (
@@ -139,9 +140,8 @@ def resolved_compressors(cfg: VerticalConfig, n_parties: int = 4, n_classes: int
              p0)):
         entry = {"kind": spec.kind, "bits": spec.bits, "components": p, "from": where}
         if spec.kind == "topk":
-            raw = p * spec.bits // 32
-            entry["k"] = min(p, max(1, raw))
-            if raw == 0:
+            entry["k"] = TopK(spec.bits).k(p)            # the k the compressor keeps
+            if p * spec.bits // 32 == 0:
                 entry["note"] = f"top-k: ⌊P·b/32⌋ = ⌊{p}·{spec.bits}/32⌋ = 0, raised to k = 1"
         out[name] = entry
     return out
