@@ -178,6 +178,20 @@ class WorkerError(RuntimeError):
     """A worker cannot continue; the message is one line for the user."""
 
 
+def _unwritten(futures: list, wait: float = 5.0) -> list[str]:
+    """Why each record future in ``futures`` was not written (empty: all acknowledged by the broker).
+
+    A future still pending is given up to ``wait`` s in all before it counts as unwritten.
+    """
+    deadline, out = time.monotonic() + wait, []
+    for f in futures:
+        try:
+            f.get(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception as e:
+            out.append(type(e).__name__)
+    return out
+
+
 class Fenced(Exception):
     """The broker refused this worker's transaction: it no longer owns what it wrote (see the module doc)."""
 
@@ -262,6 +276,7 @@ class Worker:
         self.revoked: set[int] = set()                     # revoked since the main thread last looked
         self.last_loss_offset = -1
         self._last_loss_future = None
+        self._txn_futures: list = []   # futures of the records sent in the open transaction
         self._models: dict[int, StackedLinear] = {}
         self.stop = False
         self.rejected = 0           # DATA records sent to the dead-letter topic
@@ -428,8 +443,11 @@ class Worker:
             try:
                 if not self._txn_open:
                     self._txn_open, self._txn_since = True, time.monotonic()   # so a failure below is aborted
+                    self._txn_futures = []
                     self.producer.begin_transaction()
-                return self.producer.send(topic, value=value, key=key, partition=partition, headers=headers)
+                future = self.producer.send(topic, value=value, key=key, partition=partition, headers=headers)
+                self._txn_futures.append(future)
+                return future
             except KafkaError as e:    # e.g. fenced by a producer with the same transactional id (a twin)
                 why = str(e) if str(e).startswith(type(e).__name__) else f"{type(e).__name__}: {e}"
                 self._abort(why)
@@ -462,7 +480,14 @@ class Worker:
                 if offsets:
                     self.producer.send_offsets_to_transaction(offsets, meta)
                 self.producer.commit_transaction()
+                lost = _unwritten(self._txn_futures)
+                if lost:
+                    # kafka-python ends a transaction none of whose records reached the broker without an
+                    # EndTxn and reports success (a producer fenced by a twin): nothing of it is visible
+                    raise Fenced(f"{len(lost)} of {len(self._txn_futures)} record(s) of the committed transaction "
+                                 f"were not written ({lost[0]})")
                 self._txn_open = False
+                self._txn_futures = []
                 self._producer_fences = 0
                 self.commits += 1
             except Fenced as e:
