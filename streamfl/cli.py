@@ -401,9 +401,6 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
     from .runtime.kafka_run import BrokerUnavailable, KafkaRunError, run_kafka_experiment
     from .runtime.live import LiveView
     from .transport.topics import check_broker
-    if cfg.learner.model == "gmf":              # before contacting the broker: nothing over Kafka can run it
-        from .transport.spec import kafka_unsupported
-        _fail(kafka_unsupported(cfg, None))
     try:
         check_broker(broker)
         if cfg.baselines:
@@ -411,7 +408,8 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
                       highlight=False, soft_wrap=True)
         stream = build_stream(cfg)
         _print_inputs(cfg, stream)
-        view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau} over Kafka ({workers} worker(s))", stream.n_steps,
+        learner = "FedNCF GMF" if cfg.learner.model == "gmf" else "FedSEA"
+        view = LiveView(f"{cfg.name}: {learner} τ={cfg.learner.tau} over Kafka ({workers} worker(s))", stream.n_steps,
                         console=console, enabled=live)
         if metrics_port is not None:
             # the tracker runs in this process; it reads the port from the environment (see consumers.tracker)

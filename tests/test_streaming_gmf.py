@@ -239,9 +239,8 @@ def test_cli_run_from_a_temporary_folder(tmp_path):
     assert "prequential HR@10: " in again.stdout
     kafka = subprocess.run([str(exe), "run", "--config", "x.yaml", "--no-live", "--broker", "127.0.0.1:9"],
                            cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "COLUMNS": "300"})
-    assert kafka.returncode == 2 and kafka.stderr.strip() == (
-        "error: streaming FedNCF (learner.model: gmf) runs embedded only for now: the Kafka roles carry linear "
-        "models; run without --broker")
+    assert kafka.returncode == 2 and kafka.stderr.strip() == (       # gmf runs over Kafka: only the broker is missing
+        "error: cannot reach a Kafka broker at 127.0.0.1:9 (Connection refused); start one with scripts/kafka-local start")
     bad = subprocess.run([str(exe), "run", "--config", "x.yaml", "--no-live", "--steps", "3", "--out", "r2"],
                          cwd=tmp_path / "data", capture_output=True, text=True)
     assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
