@@ -241,9 +241,9 @@ class RoundAggregator:
 
     def _add_gmf(self, upd: GMFUpdate, r: int, ids: frozenset) -> GMFGlobal | None:
         """:meth:`add` for a streaming GMF run: exact cover as for UPDATEs, then :func:`consumers.gmf.gmf_global`."""
-        from consumers.gmf import check_update, gmf_global
-        strategy, n_items, dim = self.gmf
-        check_update(upd, n_items, dim)
+        from consumers.gmf import gmf_global
+        strategy = self.gmf[0]
+        self.check_gmf(upd)
         parts = self.rounds.get(r, [])
         raw = encode(upd)
         for old_ids, old_upd, _, old_worker in parts:
@@ -270,6 +270,14 @@ class RoundAggregator:
         out, up, down = gmf_global(r, [parts[i][1] for i in chosen], self.M, strategy)
         self.last_bytes = (up, down)
         return out
+
+    def check_gmf(self, upd: GMFUpdate) -> None:
+        """Raise :class:`Rejected` (``unknown_item``, ``shape_mismatch``) for a GMF_UPDATE that names an item
+        outside this run's table or has rows of another width (:func:`consumers.gmf.update_problem`)."""
+        from consumers.gmf import update_problem
+        problem = update_problem(upd, self.gmf[1], self.gmf[2]) if self.gmf is not None else None
+        if problem is not None:
+            raise Rejected(*problem)
 
     # ---- compressed uploads (see "Compressed uploads" in the module doc) --------------------------------
     def decode_uploads(self, upd: CompressedUpdate) -> "_Uploads":
@@ -526,9 +534,8 @@ def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, t
                             raise Rejected("not_an_update", f"got a {type(msg).__name__} record on the updates topic")
                         if isinstance(msg, CompressedUpdate):     # payloads that cannot count, whoever sent them
                             agg.decode_uploads(msg)
-                        if isinstance(msg, GMFUpdate) and gmf is not None:   # item ids and widths, at once
-                            from consumers.gmf import check_update
-                            check_update(msg, gmf[1], gmf[2])
+                        if isinstance(msg, GMFUpdate):          # item ids and widths, at once
+                            agg.check_gmf(msg)
                     except (FormatError, Rejected) as e:
                         log.error("rejected UPDATE at offset %d: %s", rec.offset, e)
                         reject(rec, e.reason, str(e))

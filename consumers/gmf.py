@@ -152,17 +152,17 @@ class GMFClients:
         m.seen[client, st.seen] = True
 
 
-def check_update(u: GMFUpdate, n_items: int, dim: int) -> None:
-    """Refuse a GMF_UPDATE that cannot be this run's: an item id ≥ I (``unknown_item``), rows or h not D wide
-    (``shape_mismatch``). Raises :class:`consumers.aggregator.Rejected`."""
-    from consumers.aggregator import Rejected
+def update_problem(u: GMFUpdate, n_items: int, dim: int) -> tuple[str, str] | None:
+    """Why a GMF_UPDATE cannot be this run's, as (reason, detail): an item id ≥ I (``unknown_item``), rows
+    or h not D wide (``shape_mismatch``); None if it can (the aggregator rejects it otherwise)."""
     if u.ids.size and int(u.ids.max()) >= n_items:
         bad = u.ids[u.ids >= n_items]
-        raise Rejected("unknown_item", f"round {u.round}: worker {u.worker}'s update names item ids "
-                                       f"{bad[:5].tolist()}, this run has I = {n_items} items")
+        return ("unknown_item", f"round {u.round}: worker {u.worker}'s update names item ids "
+                                f"{bad[:5].tolist()}, this run has I = {n_items} items")
     if u.rows.shape[1] != dim or u.h.shape[1] != dim:
-        raise Rejected("shape_mismatch", f"round {u.round}: worker {u.worker}'s rows are {u.rows.shape[1]} and h "
-                                         f"{u.h.shape[1]} wide, this run's embeddings D = {dim}")
+        return ("shape_mismatch", f"round {u.round}: worker {u.worker}'s rows are {u.rows.shape[1]} and h "
+                                  f"{u.h.shape[1]} wide, this run's embeddings D = {dim}")
+    return None
 
 
 def gmf_global(r: int, updates: list, n_clients: int, strategy) -> tuple[GMFGlobal, int, int]:

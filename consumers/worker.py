@@ -611,11 +611,22 @@ class Worker:
             raise WorkerError(f"worker {self.id}: restoring: {e}") from None
 
     def _scan_reported(self, clients: set, start: int) -> dict:
-        """Highest step already on the loss topic per client of ``clients``, reading from offset ``start``."""
+        """Highest step already on the loss topic per client of ``clients``, reading from offset ``start``.
+
+        Only records the tracker counts are taken into account: a LOSS of
+        this run's model shape, or for a GMF run a RANKED_LOSS with its N
+        negatives (a record the tracker dead-letters reports nothing).
+        """
         out: dict[int, int] = {}
+        if self.gmf is not None:
+            def counts(msg):
+                return isinstance(msg, RankedLoss) and msg.negatives.shape[1] == self.gmf.N
+        else:
+            def counts(msg):
+                return isinstance(msg, Loss) and msg.played.shape[1:] == self.shape
 
         def on_msg(msg):
-            if isinstance(msg, (Loss, RankedLoss)):
+            if counts(msg):
                 for c in msg.clients.tolist():
                     if c in clients and msg.t > out.get(c, 0):
                         out[c] = msg.t
@@ -625,11 +636,18 @@ class Worker:
         return out
 
     def _scan_sent(self, clients: set, start: int) -> dict:
-        """Highest round whose contribution is already on the updates topic, per client of ``clients``."""
+        """Highest round whose contribution is already on the updates topic, per client of ``clients``.
+
+        Records of the other model kind, and GMF updates the aggregator
+        rejects on arrival (an item id outside the table, rows of another
+        width: :func:`consumers.gmf.update_problem`), contribute nothing.
+        """
+        from consumers.gmf import update_problem
         out: dict[int, int] = {}
+        kinds = (GMFUpdate,) if self.gmf is not None else (Update, CompressedUpdate)
 
         def on_msg(msg):
-            if isinstance(msg, (Update, CompressedUpdate, GMFUpdate)):
+            if isinstance(msg, kinds) and not (self.gmf is not None and update_problem(msg, self.gmf.I, self.gmf.D)):
                 for c in msg.clients.tolist():
                     if c in clients and msg.round > out.get(c, 0):
                         out[c] = msg.round
