@@ -403,12 +403,12 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
     from .transport.topics import check_broker
     try:
         check_broker(broker)
+        learner = "FedNCF GMF" if cfg.learner.model == "gmf" else "FedSEA"
         if cfg.baselines:
-            err.print(f"note: over Kafka only FedSEA runs; skipping baselines {', '.join(cfg.baselines)}",
+            err.print(f"note: over Kafka only {learner} runs; skipping baselines {', '.join(cfg.baselines)}",
                       highlight=False, soft_wrap=True)
         stream = build_stream(cfg)
         _print_inputs(cfg, stream)
-        learner = "FedNCF GMF" if cfg.learner.model == "gmf" else "FedSEA"
         view = LiveView(f"{cfg.name}: {learner} τ={cfg.learner.tau} over Kafka ({workers} worker(s))", stream.n_steps,
                         console=console, enabled=live)
         if metrics_port is not None:
