@@ -39,6 +39,21 @@ UPDATE of the other kind than the run's (``compression_mismatch``). Payloads
 are decoded as soon as a record arrives, so such a record goes to the
 dead-letter topic at once, whoever sent it.
 
+Streaming GMF
+-------------
+For ``learner.model: gmf`` (the aggregator is started with the run's
+``--config``) the workers send :class:`~streamfl.transport.format.GMFUpdate`
+records (their clients' touched item rows, counts and h, b; a worker may
+split its clients over several records of one round). A record naming an
+item id outside the table (``unknown_item``) or rows of another width
+(``shape_mismatch``) is dead-lettered on arrival; an UPDATE of the other
+kind is ``model_mismatch``. Once the round's records cover every client
+once, :func:`consumers.gmf.gmf_global` lays them out as the embedded
+server's (M, ·) update and applies the run's
+:class:`~streamfl.aggregation.MFFedAvg`, so GMF_GLOBAL(r) — item-row deltas
+and averaged h, b, with the round's ``bytes_up``/``bytes_down`` headers —
+is the embedded global update bit for bit.
+
 Which updates count
 -------------------
 An UPDATE of round r is averaged only once it is proven to come from the

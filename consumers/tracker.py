@@ -9,7 +9,14 @@ learners' numbers has to travel — and feeds
 embedded engine does. The run folder is the embedded one: ``config.yaml``,
 ``metrics.csv``/``.parquet``, ``summary.json`` and ``plots/``.
 
-Only the FedSEA learner runs over Kafka (no baselines).
+Only the main learner runs over Kafka (no baselines). For a streaming
+FedNCF GMF run (``learner.model: gmf``) the workers send RANKED_LOSS
+records (losses, ranks of the arriving positives, training negatives)
+instead of played models; the tracker feeds them to
+:class:`streamfl.regret.ranking.RankingTracker` as the embedded engine does
+and writes the same metrics file (the end-of-run comparator columns
+included) and the embedded GMF summary keys, ``bytes_up``/``bytes_down``
+from the GLOBAL records' headers.
 
 Prometheus metrics
 ------------------

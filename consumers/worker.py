@@ -34,6 +34,18 @@ the embedded engine's arithmetic, row by row). For each step s the worker
 
 A client never passes step rτ before it has round r's global model.
 
+Streaming GMF (``learner.model: gmf``): the clients' state lives in a
+:class:`consumers.gmf.GMFClients` (p, h, b, the items seen, the round
+submodel; the global item table of each round rebuilt from the GMF_GLOBAL
+records), not in (d, K) models. Clients at the same step are stepped
+together on the table of their round (a client steps only once every
+GLOBAL before its round has been read), each step's losses, ranks and
+training negatives go out as one RANKED_LOSS, a round's upload as
+GMF_UPDATE records (clients split so that a record stays under about
+``UPDATE_BYTES``), and checkpoints are GMF_STATE records. The kernel's
+draws depend on (seed, client, step) only, so the numbers equal the
+embedded engine's whoever holds which client.
+
 Exactly once: transactions and fencing
 --------------------------------------
 Everything a worker publishes — LOSS, UPDATE, STATE (checkpoints) and dead

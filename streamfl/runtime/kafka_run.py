@@ -21,7 +21,8 @@ be started, killed and added one by one (``start_worker``, ``kill_worker``,
 that stops before a given step until :meth:`KafkaRun.release` (a test hook:
 library code never sleeps to pace the stream).
 
-Only FedSEA runs over Kafka: configured baselines are skipped (the summary
+Only the main learner runs over Kafka — FedSEA, or streaming FedNCF GMF
+with ``learner.model: gmf`` (records and roles: :mod:`consumers.gmf`): configured baselines are skipped (the summary
 says so under ``transport.skipped_baselines``). Adaptive drift, sweeps and
 ``weighting: samples`` are refused with a ValueError.
 

@@ -1,14 +1,16 @@
-"""The binary wire format of every Kafka record of a streamfl run (versions 3 and 4).
+"""The binary wire format of every Kafka record of a streamfl run (versions 3, 4 and 5).
 
 Every record value is one message::
 
     offset  size  field
     0       3     magic        b"SFL"
-    3       1     version      uint8: 4 for COMPRESSED_UPDATE, 3 for the other
-                               types (2 is still read)
+    3       1     version      uint8: 5 for the streaming GMF types (9-12), 4 for
+                               COMPRESSED_UPDATE, 3 for the other types (2 is
+                               still read)
     4       1     type         uint8: 1 DATA, 2 LOSS, 3 UPDATE, 4 GLOBAL, 6 STATE,
                                7 SPARSE_UPDATE (version ≥ 3), 8 COMPRESSED_UPDATE
-                               (version 4)
+                               (version ≥ 4), 9 RANKED_LOSS, 10 GMF_UPDATE,
+                               11 GMF_GLOBAL, 12 GMF_STATE (version 5)
     5       1     n_arrays     uint8, number of arrays carried
     6       ...   fields       type-specific fixed fields (below), little-endian
     ...           descriptors  per array: dtype code (uint8), ndim (uint8),
@@ -43,7 +45,27 @@ UPDATE    table int32 (≥ 0)                           n_rows int64 (q,), ids i
                                                       rows float64 (n, k), counts int64 (n,)
 COMPRES-  round int64 (1-based), worker int32         clients int64 (q,), lengths int64 (q,),
 SED_UPD.                                              payloads uint8 (Σ lengths,)
+RANKED_   t int64 (step, 1-based), worker int32       clients int64 (k,), losses float64 (k,),
+LOSS                                                  ranks int64 (k,), negatives int64 (k, N)
+GMF_      round int64 (1-based), worker int32         the six SPARSE_UPDATE arrays (item table, row
+UPDATE                                                width D), then h float64 (q, D), b float64 (q,)
+GMF_      round int64 (1-based),                      ids int64 (u,), rows float64 (u, D),
+GLOBAL    n_participants int32 (≥ 0)                  h float64 (D,), b float64 (1,)
+GMF_      client int32, t int64, offset int64,        p float64 (D,), h float64 (D,), b float64 (1,),
+STATE     loss_offset int64 (all ≥ 0)                 seen int64 (s,)
 ========  ==========================================  ===============================================
+
+The four version-5 types carry streaming FedNCF GMF
+(:mod:`streamfl.models.streaming_gmf`, :mod:`consumers.gmf`): RANKED_LOSS
+is a GMF worker's LOSS (each client's loss, the rank of its arriving
+positive among the evaluation negatives — 0 for a client without a sample —
+and its N training negatives, −1 without a sample); GMF_UPDATE is a round's
+upload of q clients (their touched item rows in the SPARSE_UPDATE layout,
+deltas against the round's starting table, then each client's prediction
+layer h, b); GMF_GLOBAL the round's MF-FedAvg item-row deltas (sorted,
+distinct ids) and averaged h, b (empty/zero with n_participants 0: nobody
+took part, nothing is loaded); GMF_STATE a client's checkpoint (user
+embedding p, h, b and the sorted ids of the items seen so far).
 
 COMPRESSED_UPDATE carries the compressed uploads of q clients of one worker
 for round r when the run sets ``learner.compression``: client ``clients[j]``
@@ -63,7 +85,10 @@ each with its id, its delta and how many of the client's samples involved it
 :meth:`SparseRoundUpdate.to_round`). Its size grows with the touched rows n,
 not with the table.
 
-Version history: 4 — adds COMPRESSED_UPDATE (type 8) and the uint8 dtype
+Version history: 5 — adds the streaming GMF types 9-12; the other types
+keep their layouts and versions, so readers of version 4 keep reading linear
+runs, and a record of types 9-12 that says version ≤ 4 is refused
+(``bad_type``). 4 — adds COMPRESSED_UPDATE (type 8) and the uint8 dtype
 code 3; records of the other types are still written as version 3 (their
 layout is unchanged), so readers of version 3 keep reading runs without
 compression. 3 — adds SPARSE_UPDATE (type 7); the other types keep
@@ -776,8 +801,9 @@ def encode(msg: Message) -> bytes:
         arrays = [_array("model", msg.model, "<f8")]
         fields = _FIELDS[kind].pack(int(msg.client), int(msg.t), int(msg.offset), int(msg.loss_offset))
     else:
-        raise TypeError(f"encode() takes a Data, Loss, Update, Global, ClientState, SparseRoundUpdate or "
-                        f"CompressedUpdate message, got {type(msg).__name__}")
+        raise TypeError(f"encode() takes a Data, Loss, Update, Global, ClientState, SparseRoundUpdate, "
+                        f"CompressedUpdate, RankedLoss, GMFUpdate, GMFGlobal or GMFState message, got "
+                        f"{type(msg).__name__}")
     _check_shapes(kind, arrays, flags)
     parts = [_PREFIX.pack(MAGIC, MIN_VERSION.get(kind, VERSION), int(kind), len(arrays)), fields]
     for a in arrays:
@@ -816,15 +842,16 @@ def decode(raw: bytes) -> Message:
 
     Returns
     -------
-    Data, Loss, Update, Global, ClientState, SparseRoundUpdate or CompressedUpdate
-        Arrays are fresh, writable, native-endian copies.
+    Message
+        Data, Loss, Update, Global, ClientState, SparseRoundUpdate, CompressedUpdate, RankedLoss,
+        GMFUpdate, GMFGlobal or GMFState. Arrays are fresh, writable, native-endian copies.
 
     Raises
     ------
     FormatError
         With ``reason``: ``null_value`` (a record without a value), ``truncated`` (shorter than its header or arrays say),
-        ``bad_magic``, ``bad_version`` (not 2 or 3), ``bad_type`` (unknown, or
-        SPARSE_UPDATE in a version-2 record), ``bad_dtype``
+        ``bad_magic``, ``bad_version`` (not 2 to 5), ``bad_type`` (unknown, or
+        a type in a record older than its version, e.g. SPARSE_UPDATE at version 2), ``bad_dtype``
         (unknown dtype code), ``bad_field`` (step/round/client/count out of
         range), ``shape_mismatch`` (arrays inconsistent with each other or the
         type), ``non_finite`` (NaN or ±inf in a float array),
