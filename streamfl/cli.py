@@ -523,8 +523,8 @@ def produce(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG
 
 Workers join the run's consumer group; Kafka assigns them data partitions (and so clients) and moves
 them when a worker joins or dies: the new owner restores the clients' models from the run's state
-changelog. A worker publishes its clients' losses every step and their models every τ steps, then
-waits for the aggregator's global model. Start as many as you like (up to P useful), on any machines.
+changelog. A worker publishes its clients' losses every step and their models every τ steps (GMF:
+losses, ranks and negatives; item rows and h, b), then waits for the aggregator's global model. Start as many as you like (up to P useful), on any machines.
 {ROLES_HELP}"""))
 def worker(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG,
            worker_id: str = typer.Option("0", "--worker-id", help="This worker's number, used in its logs and Kafka client id; 'auto' = $STREAMFL_WORKER_ID, else the replica number n of a Docker Compose container named <project>-worker-<n> (n − 1)."),
@@ -567,7 +567,8 @@ def _worker_id(value: str) -> int:
 @app.command(help=_paragraphs(f"""Role: the FedSEA server — average the workers' updates into one global model per round.
 
 Reads the updates topic; once the client counts of round r add up to M it publishes
-GLOBAL(r) = (1/M) Σ_m x_m. Malformed or NaN updates go to the dead-letter topic. One per run.
+GLOBAL(r) = (1/M) Σ_m x_m (with learner.model gmf: MF-FedAvg of the item rows, FedAvg of h and b).
+Malformed or NaN updates go to the dead-letter topic. One per run.
 M and the number of rounds ⌊T/τ⌋ come from --config. {ROLES_HELP}"""))
 def aggregate(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG,
               partitions: Optional[int] = _PARTS,
