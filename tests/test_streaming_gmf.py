@@ -311,3 +311,18 @@ def test_gmf_upload_survives_the_sparse_update_record():
     np.testing.assert_array_equal(a.ids, b.ids)
     np.testing.assert_allclose(a.rows, b.rows, rtol=1e-15, atol=0)
     assert int(r.counts.sum()) == 3 * 10 * 5          # 3 steps × 10 clients × (1 positive + 4 negatives)
+
+
+def test_the_round_length_guard_looks_at_the_clients_that_step_only():
+    """Over Kafka one process can hold clients of two rounds (after taking over a dead worker's clients):
+    a client whose round submodel is full must not stop another client from stepping."""
+    users, items, times = synthetic(n_users=2, per_user=6)
+    s = InteractionStream(users, items, times, 2, 150)
+    g = StreamingGMF(2, 150, StepSize("constant", eta=0.5), s.ever, tau=2, dim=3, negatives=1, eval_negatives=20)
+    X = next(s.chunks(10)).X
+    for t in (1, 2):                                   # client 0 fills its round (τ = 2 steps)
+        g.test_then_train(X[t - 1], None, t, np.array([True, False]))
+    assert g.n_slots.tolist()[0] >= 3
+    g.test_then_train(X[0], None, 1, np.array([False, True]))       # client 1 is still in its first step
+    with pytest.raises(ValueError, match="more steps between two rounds than tau"):
+        g.test_then_train(X[2], None, 3, np.array([True, False]))
