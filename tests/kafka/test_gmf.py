@@ -146,3 +146,29 @@ def test_malformed_gmf_records_are_dead_lettered_and_the_run_still_equals_embedd
         assert loss["detail"] == "LOSS from worker 7 at step 1: negatives (3,), expected (4,)"
         assert summary["dead_letters"] == 2
         run.keep_topics = False
+
+
+def test_gmf_roles_started_by_hand_write_the_embedded_run_folder(tmp_path):
+    """`streamfl aggregate | worker | produce | track --partitions 4` from a user's folder (relative data
+    path, plots on): the tracker's metrics.csv is the embedded run's, byte for byte, and its plot is drawn."""
+    import uuid
+
+    from conftest import roles_by_hand
+    from streamfl.config import load_config
+    (tmp_path / "data").symlink_to(ML100K)
+    (tmp_path / "gmf.yaml").write_text("name: by-hand\nseed: 2\nsteps: 30\nchunk_size: 10\n"
+                                       "source: {kind: movielens, path: data}\nlearner: {model: gmf, tau: 10}\n"
+                                       "baselines: []\n")
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)               # the config's relative data path, as the roles read it
+        want = run_experiment(load_config(tmp_path / "gmf.yaml"), tmp_path / "embedded", plots=False)
+    finally:
+        os.chdir(cwd)
+    out = roles_by_hand(BOOTSTRAP, tmp_path, "gmf.yaml", f"roles-gmf-{uuid.uuid4().hex[:8]}", ("--partitions", "4"))
+    assert "M = 943 clients (one per user), I = 1682 items" in out
+    assert (tmp_path / "kafka" / "metrics.csv").read_bytes() == (tmp_path / "embedded" / "metrics.csv").read_bytes()
+    got = __import__("json").loads((tmp_path / "kafka" / "summary.json").read_text())
+    for key in SUMMARY_KEYS:
+        assert got[key] == want[key], key
+    assert (tmp_path / "kafka" / "plots" / "ranking.png").is_file()
