@@ -4,7 +4,8 @@ MovieLens 100K (M = 943 users as clients, I = 1682 items), the first T = 60
 steps, τ = 10: every column of ``metrics.parquet`` (losses, HR@10, the
 live and final comparator and the regret) and the summary's HR@10, BCE,
 regret and bytes equal the embedded engine's exactly — with one or two
-workers, after a worker is killed (SIGKILL) mid-round and replaced, and
+workers, after a worker is killed (SIGKILL) mid-round and replaced, after the
+aggregator is restarted mid-round, with the roles started by hand, and
 with malformed GMF records on the updates and loss topics (dead-lettered
 with their reason).
 
@@ -110,6 +111,24 @@ def test_gmf_worker_killed_mid_round_and_replaced_equals_embedded(cfg, embedded,
         heir = run.log_dir / f"worker-{1 if workers == 1 else 0}.log"
         restored = [ln for ln in heir.read_text().splitlines() if "restored partitions" in ln and ", 20)" in ln]
         assert restored, f"{heir.name} did not restore clients from their round-2 checkpoint (step 20)"
+        run.keep_topics = False
+
+
+def test_gmf_aggregator_restarted_mid_run_equals_embedded(cfg, embedded, tmp_path):
+    """The aggregator is killed inside round 3; round 3's updates reach the topic with no aggregator; a new one
+    resumes after the last published GMF_GLOBAL and completes it from the topic."""
+    with KafkaRun(cfg, BOOTSTRAP, workers=1, run_dir=tmp_path, partitions=4, timeout=60, keep_topics=True,
+                  hold_at=HOLD) as run:
+        run.start()
+        run.wait_reported(HOLD)
+        run.kill_aggregator()
+        run.release(3 * TAU)
+        run.wait_reported(3 * TAU)
+        run.start_aggregator()
+        run.release()
+        summary = run.track(plots=False)
+        _assert_same(run, summary, embedded)
+        assert "resuming after round 2" in (run.log_dir / "aggregator-1.log").read_text()
         run.keep_topics = False
 
 
