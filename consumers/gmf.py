@@ -178,21 +178,18 @@ def gmf_global(r: int, updates: list, n_clients: int, strategy) -> tuple[GMFGlob
     from streamfl.aggregation.sparse import SparseRound
     from streamfl.models.client_model import ModelUpdate
     D = updates[0].h.shape[1]
+
+    def cat(name):
+        return np.concatenate([getattr(u, name) for u in updates])
+
+    clients = cat("clients")
+    owner = np.repeat(clients, cat("n_rows"))
+    order = np.argsort(owner, kind="stable")        # client blocks in client order, each in slot order
     n_samples = np.zeros(n_clients, np.int64)
     H, B = np.zeros((n_clients, D)), np.zeros((n_clients, 1))
-    blocks = {}
-    for u in updates:
-        ends = np.cumsum(u.n_rows)
-        for j, c in enumerate(u.clients.tolist()):
-            a, e = int(ends[j] - u.n_rows[j]), int(ends[j])
-            blocks[c] = (u.ids[a:e], u.rows[a:e], u.counts[a:e])
-            n_samples[c], H[c], B[c, 0] = u.n_samples[j], u.h[j], u.b[j]
-    order = sorted(blocks)
-    sizes = [blocks[c][0].size for c in order]
-    rnd = SparseRound(client=np.repeat(np.asarray(order, np.int64), sizes),
-                      ids=np.concatenate([blocks[c][0] for c in order]),
-                      rows=np.concatenate([blocks[c][1] for c in order]).reshape(-1, D),
-                      counts=np.concatenate([blocks[c][2] for c in order]), n_samples=n_samples)
+    n_samples[clients], H[clients], B[clients, 0] = cat("n_samples"), cat("h"), cat("b")
+    rnd = SparseRound(client=owner[order], ids=cat("ids")[order], rows=cat("rows").reshape(-1, D)[order],
+                      counts=cat("counts")[order], n_samples=n_samples)
     taking = int(np.count_nonzero(n_samples))
     up = rnd.ids.size * 8 * (2 + D) + taking * 8 * (D + 1)
     g = strategy.aggregate(ModelUpdate(sparse={"item": rnd}, dense={"h": H, "b": B}, n_samples=n_samples, nbytes=up),
