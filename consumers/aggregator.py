@@ -39,6 +39,21 @@ UPDATE of the other kind than the run's (``compression_mismatch``). Payloads
 are decoded as soon as a record arrives, so such a record goes to the
 dead-letter topic at once, whoever sent it.
 
+Streaming GMF
+-------------
+For ``learner.model: gmf`` (the aggregator is started with the run's
+``--config``) the workers send :class:`~streamfl.transport.format.GMFUpdate`
+records (their clients' touched item rows, counts and h, b; a worker may
+split its clients over several records of one round). A record naming an
+item id outside the table (``unknown_item``) or rows of another width
+(``shape_mismatch``) is dead-lettered on arrival; an UPDATE of the other
+kind is ``model_mismatch``. Once the round's records cover every client
+once, :func:`consumers.gmf.gmf_global` lays them out as the embedded
+server's (M, ·) update and applies the run's
+:class:`~streamfl.aggregation.MFFedAvg`, so GMF_GLOBAL(r) — item-row deltas
+and averaged h, b, with the round's ``bytes_up``/``bytes_down`` headers —
+is the embedded global update bit for bit.
+
 Which updates count
 -------------------
 An UPDATE of round r is averaged only once it is proven to come from the
@@ -97,7 +112,8 @@ import time
 import numpy as np
 
 from streamfl.transport.fencing import parse_proof, update_digest
-from streamfl.transport.format import CompressedUpdate, FormatError, Global, Update, decode, encode
+from streamfl.transport.format import (CompressedUpdate, FormatError, GMFGlobal, GMFUpdate, Global, Update, decode,
+                                       encode)
 from streamfl.transport.spec import code_origin
 from streamfl.transport.security import client_config
 from streamfl.transport.state import RestoreStalled, read_to_end
@@ -154,8 +170,9 @@ class RoundAggregator:
     """
 
     def __init__(self, n_clients: int, published: int = 0, compressor=None, seed: int = 0,
-                 last_global: np.ndarray | None = None):
+                 last_global: np.ndarray | None = None, gmf: tuple | None = None):
         self.M = int(n_clients)
+        self.gmf = gmf                       # (MFFedAvg strategy, I, D) of a streaming GMF run, else None
         self.compressor, self.seed = compressor, int(seed)
         self.last_global = None if last_global is None else np.asarray(last_global, dtype=np.float64)
         if compressor is not None and self.last_global is None:
@@ -184,6 +201,12 @@ class RoundAggregator:
             return None
         if not ids or max(ids) >= self.M or min(ids) < 0:
             raise Rejected("unknown_client", f"round {r}: client ids {sorted(ids)}, M = {self.M}")
+        if isinstance(upd, GMFUpdate) != (self.gmf is not None):
+            raise Rejected("model_mismatch", f"round {r}: worker {upd.worker} sent "
+                           + ("a GMF update, but this run's model is linear" if self.gmf is None else
+                              f"a {type(upd).__name__}, but this run's model is GMF (GMF_UPDATE records)"))
+        if self.gmf is not None:
+            return self._add_gmf(upd, r, ids)
         compressed = isinstance(upd, CompressedUpdate)
         if compressed != (self.compressor is not None):
             raise Rejected("compression_mismatch", f"round {r}: worker {upd.worker} sent "
@@ -230,6 +253,46 @@ class RoundAggregator:
             total += model_sum
             n += k
         return Global(round=r, model=total / n if n else total, n_participants=n)
+
+    def _add_gmf(self, upd: GMFUpdate, r: int, ids: frozenset) -> GMFGlobal | None:
+        """:meth:`add` for a streaming GMF run: exact cover as for UPDATEs, then :func:`consumers.gmf.gmf_global`."""
+        from consumers.gmf import gmf_global
+        strategy = self.gmf[0]
+        self.check_gmf(upd)
+        parts = self.rounds.get(r, [])
+        raw = encode(upd)
+        for old_ids, old_upd, _, old_worker in parts:
+            if old_ids == ids:
+                if encode(old_upd) == raw:
+                    self.duplicates += 1
+                    log.info("round %d: worker %d's update of clients %s repeats one counted (same values): "
+                             "counted once", r, upd.worker, sorted(ids))
+                    return None
+                raise Rejected("conflicting_duplicate", f"round {r}: worker {upd.worker}'s update of clients "
+                                                        f"{sorted(ids)} differs from worker {old_worker}'s, counted "
+                                                        f"first")
+        parts.append((ids, upd, upd.n_participants, int(upd.worker)))
+        self.rounds[r] = parts
+        chosen = exact_cover([p[0] for p in parts], self.M)
+        if chosen is None:
+            return None
+        del self.rounds[r]
+        self.published = max(self.published, r)
+        self.unused = [(parts[i][3], sorted(parts[i][0])) for i in range(len(parts)) if i not in chosen]
+        if self.unused:
+            self.duplicates += len(self.unused)
+            log.info("round %d: contributions re-sent after a rebalance left out: %s", r, self.unused)
+        out, up, down = gmf_global(r, [parts[i][1] for i in chosen], self.M, strategy)
+        self.last_bytes = (up, down)
+        return out
+
+    def check_gmf(self, upd: GMFUpdate) -> None:
+        """Raise :class:`Rejected` (``unknown_item``, ``shape_mismatch``) for a GMF_UPDATE that names an item
+        outside this run's table or has rows of another width (:func:`consumers.gmf.update_problem`)."""
+        from consumers.gmf import update_problem
+        problem = update_problem(upd, self.gmf[1], self.gmf[2]) if self.gmf is not None else None
+        if problem is not None:
+            raise Rejected(*problem)
 
     # ---- compressed uploads (see "Compressed uploads" in the module doc) --------------------------------
     def decode_uploads(self, upd: CompressedUpdate) -> "_Uploads":
@@ -337,7 +400,7 @@ def handle(agg: RoundAggregator, raw: bytes) -> tuple[Global | None, str | None]
     """Decode and add one (proven) record: (GLOBAL or None, rejection reason or None). Logs rejections."""
     try:
         msg = decode(raw)
-        if not isinstance(msg, (Update, CompressedUpdate)):
+        if not isinstance(msg, (Update, CompressedUpdate, GMFUpdate)):
             raise Rejected("not_an_update", f"got a {type(msg).__name__} record on the updates topic")
         return agg.add(msg), None
     except (FormatError, Rejected) as e:
@@ -419,10 +482,10 @@ def published_rounds(bootstrap: str, run_id: str, timeout: float = 30.0, models:
             msg = decode(rec.value)
         except FormatError:
             return
-        if isinstance(msg, Global) and msg.round > found[0]:
+        if isinstance(msg, (Global, GMFGlobal)) and msg.round > found[0]:
             hdr = dict(rec.headers or ()).get(UPDATES_OFFSET)
             found[:] = [msg.round, int(hdr.decode()) if hdr else 0]
-            if msg.n_participants:
+            if msg.n_participants and isinstance(msg, Global):
                 last_model[:] = [msg.model]
 
     reader = make_reader(bootstrap, f"streamfl-{run_id}-aggregator-restore", topics.global_)
@@ -439,12 +502,13 @@ def published_rounds(bootstrap: str, run_id: str, timeout: float = 30.0, models:
 
 def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, timeout: float = 300.0,
                    should_stop=lambda: False, compressor=None, seed: int = 0,
-                   model_shape: tuple | None = None) -> int:
+                   model_shape: tuple | None = None, gmf: tuple | None = None) -> int:
     """Consume UPDATEs and publish GLOBALs until ``n_rounds`` rounds are published.
 
     ``compressor``, ``seed`` and ``model_shape`` (d, K) are the run's upload
     compressor, seed and model shape when it sets ``learner.compression``
     (see "Compressed uploads" in the module doc; ``model_shape`` is then required).
+    ``gmf`` = (MFFedAvg strategy, I, D) for a streaming GMF run (see "Streaming GMF").
     Resumes after the last published round (see "Restart" in the module doc).
     Returns the number of rounds published in total (by this and earlier
     incarnations). Stops early (returning) when ``should_stop()`` is true, and
@@ -465,7 +529,8 @@ def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, t
         from kafka import TopicPartition
         reader.seek(TopicPartition(topics.updates, 0), start)
     last_global = models[-1] if models else (np.zeros(model_shape) if model_shape is not None else None)
-    agg = RoundAggregator(n_clients, published=done, compressor=compressor, seed=seed, last_global=last_global)
+    agg = RoundAggregator(n_clients, published=done, compressor=compressor, seed=seed, last_global=last_global,
+                          gmf=gmf)
     held: dict[int, list] = {}           # round → [(record, Update)] not proven yet, in arrival order
     last = time.monotonic()
 
@@ -480,10 +545,12 @@ def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, t
                     last = time.monotonic()
                     try:
                         msg = decode(rec.value)
-                        if not isinstance(msg, (Update, CompressedUpdate)):
+                        if not isinstance(msg, (Update, CompressedUpdate, GMFUpdate)):
                             raise Rejected("not_an_update", f"got a {type(msg).__name__} record on the updates topic")
                         if isinstance(msg, CompressedUpdate):     # payloads that cannot count, whoever sent them
                             agg.decode_uploads(msg)
+                        if isinstance(msg, GMFUpdate):          # item ids and widths, at once
+                            agg.check_gmf(msg)
                     except (FormatError, Rejected) as e:
                         log.error("rejected UPDATE at offset %d: %s", rec.offset, e)
                         reject(rec, e.reason, str(e))
@@ -511,7 +578,7 @@ def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, t
                         continue
                     if out is not None:
                         headers = [(UPDATES_OFFSET, str(rec.offset + 1).encode())]
-                        if compressor is not None:
+                        if compressor is not None or gmf is not None:
                             headers += [(BYTES_UP, str(agg.last_bytes[0]).encode()),
                                         (BYTES_DOWN, str(agg.last_bytes[1]).encode())]
                         producer.send(topics.global_, value=encode(out), key=key_of(out.round), partition=0,
@@ -562,7 +629,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        compressor, seed, shape = None, 0, None
+        compressor, seed, shape, gmf = None, 0, None, None
         if args.config:
             from streamfl.generators.build import build_stream
             from streamfl.transport.spec import read_config, upload_compressor
@@ -572,8 +639,14 @@ def main(argv=None) -> int:
                 stream = build_stream(cfg)
                 shape = (stream.n_features, stream.n_classes if stream.task == "softmax" else 1)
                 log.info("uploads compressed by %r (seed %d, model %s)", compressor, seed, shape)
+            if cfg.learner.model == "gmf":
+                from streamfl.config import GMFConfig
+                from streamfl.runtime.experiment import gmf_strategy
+                stream = build_stream(cfg)
+                gmf = (gmf_strategy(cfg), stream.n_items, (cfg.learner.gmf or GMFConfig()).dim)
+                log.info("streaming GMF: %r over I = %d items, D = %d", gmf[0].rule, gmf[1], gmf[2])
         n = run_aggregator(args.bootstrap, args.run_id, args.clients, args.rounds, args.timeout, lambda: bool(stop),
-                           compressor, seed, shape)
+                           compressor, seed, shape, gmf)
         log.info("published %d GLOBAL model(s)", n)
         return 0
     except Exception as e:

@@ -9,7 +9,14 @@ learners' numbers has to travel — and feeds
 embedded engine does. The run folder is the embedded one: ``config.yaml``,
 ``metrics.csv``/``.parquet``, ``summary.json`` and ``plots/``.
 
-Only the FedSEA learner runs over Kafka (no baselines).
+Only the main learner runs over Kafka (no baselines). For a streaming
+FedNCF GMF run (``learner.model: gmf``) the workers send RANKED_LOSS
+records (losses, ranks of the arriving positives, training negatives)
+instead of played models; the tracker feeds them to
+:class:`streamfl.regret.ranking.RankingTracker` as the embedded engine does
+and writes the same metrics file (the end-of-run comparator columns
+included) and the embedded GMF summary keys, ``bytes_up``/``bytes_down``
+from the GLOBAL records' headers.
 
 Prometheus metrics
 ------------------
@@ -65,7 +72,7 @@ from streamfl.regret import RegretTracker
 from streamfl.runtime.experiment import MAIN, _jsonable, tracker_learner
 from streamfl.runtime.header import describe_inputs
 from streamfl.runtime.sink import MetricsSink
-from streamfl.transport.format import FormatError, Global, Loss, decode
+from streamfl.transport.format import FormatError, GMFGlobal, Global, Loss, RankedLoss, decode
 from streamfl.transport.spec import ConfigMismatch, check_fingerprint, config_fingerprint
 from streamfl.transport.state import read_to_end
 from streamfl.transport.topics import BrokerUnavailable, Topics, check_broker, make_reader
@@ -163,13 +170,16 @@ class LossAssembler:
     Parameters
     ----------
     n_clients, n_features, n_classes : int
-        M, d, K.
+        M, d, K (the played models of a linear run's LOSS records).
+    negatives : int or None
+        N for a streaming GMF run: its RANKED_LOSS records carry ranks (k,)
+        and training negatives (k, N) instead of played models.
 
     Steps may arrive in any order and interleaved across workers. A client
-    reported again for the same step with the same loss and played model
-    (bit for bit: a replay after a rebalance) is counted once
-    (:attr:`duplicates`); with other values it is an error naming both
-    workers (two workers computed different numbers for one client).
+    reported again for the same step with the same values (bit for bit: a
+    replay after a rebalance) is counted once (:attr:`duplicates`); with
+    other values it is an error naming both workers (two workers computed
+    different numbers for one client).
 
     Examples
     --------
@@ -179,61 +189,83 @@ class LossAssembler:
     (1, False)
     """
 
-    def __init__(self, n_clients: int, n_features: int, n_classes: int = 1):
+    def __init__(self, n_clients: int, n_features: int = 1, n_classes: int = 1, negatives: int | None = None):
         self.M, self.d, self.K = n_clients, n_features, n_classes
-        self.steps: dict[int, list] = {}
+        self.kind = Loss if negatives is None else RankedLoss
+        # per-client fields besides the loss: name → (shape of one client's value, dtype, fill)
+        self.fields = ({"played": ((n_features, n_classes), np.float64, 0.0)} if negatives is None else
+                       {"ranks": ((), np.int64, 0), "negatives": ((negatives,), np.int64, -1)})
+        self.steps: dict[int, dict] = {}
         self.duplicates = 0        # (step, client) reports counted once
 
-    def add(self, msg: Loss) -> None:
-        """Store one LOSS message.
+    def add(self, msg) -> None:
+        """Store one LOSS (or RANKED_LOSS) message.
 
         Raises
         ------
         BadLoss
-            Unknown client id, wrong model shape, or a client named twice in
-            one record (nothing is stored; the caller dead-letters the record).
+            The other record kind than this run's, an unknown client id, wrong
+            shapes, or a client named twice in one record (nothing is stored;
+            the caller dead-letters the record).
         TrackerError
             A client reported twice with different values.
         """
+        if not isinstance(msg, self.kind):
+            raise BadLoss("not_loss", f"a {type(msg).__name__} record on the loss topic of a run whose workers "
+                                      f"send {'LOSS' if self.kind is Loss else 'RANKED_LOSS'} records")
         ids = msg.clients
         if ids.size and (ids.min() < 0 or ids.max() >= self.M):
             raise BadLoss("bad_field", f"LOSS from worker {msg.worker} at step {msg.t} names clients {ids.tolist()} "
                                        f"(M = {self.M})")
-        if msg.played.shape[1:] != (self.d, self.K):
-            raise BadLoss("shape_mismatch", f"LOSS from worker {msg.worker} at step {msg.t}: models "
-                                            f"{msg.played.shape[1:]}, expected ({self.d}, {self.K})")
+        values = {name: getattr(msg, name) for name in self.fields}
+        for name, (shape, _, _) in self.fields.items():
+            if values[name].shape[1:] != shape:
+                what = "models" if name == "played" else name
+                raise BadLoss("shape_mismatch", f"LOSS from worker {msg.worker} at step {msg.t}: {what} "
+                                                f"{values[name].shape[1:]}, expected {shape}")
         if len(np.unique(ids)) != len(ids):
             raise BadLoss("bad_field", f"LOSS from worker {msg.worker} at step {msg.t} names a client twice: "
                                        f"{ids.tolist()}")
         slot = self.steps.get(msg.t)
         if slot is None:
-            slot = self.steps[msg.t] = [np.zeros(self.M), np.zeros((self.M, self.d, self.K)), np.zeros(self.M, bool),
-                                        np.full(self.M, -1)]
-        losses, played = msg.losses, msg.played
-        seen = slot[2][ids]
+            slot = self.steps[msg.t] = {"losses": np.zeros(self.M), "seen": np.zeros(self.M, bool),
+                                        "worker": np.full(self.M, -1),
+                                        **{n: np.full((self.M, *sh), fill, dt) for n, (sh, dt, fill) in self.fields.items()}}
+        values["losses"] = msg.losses
+        seen = slot["seen"][ids]
         if seen.any():
             old = ids[seen]
-            same = (slot[0][old] == losses[seen]) & (slot[1][old] == played[seen]).all(axis=(1, 2))
+            same = np.ones(len(old), bool)
+            for name, v in values.items():
+                same &= (slot[name][old] == v[seen]).reshape(len(old), -1).all(axis=1)
             if not same.all():
                 bad = old[~same]
                 raise TrackerError(f"step {msg.t}: clients {bad.tolist()} reported twice with different values, by "
-                                   f"worker {int(slot[3][bad[0]])} and worker {msg.worker}")
+                                   f"worker {int(slot['worker'][bad[0]])} and worker {msg.worker}")
             self.duplicates += len(old)
-            ids, losses, played = ids[~seen], losses[~seen], played[~seen]
-        slot[0][ids], slot[1][ids], slot[2][ids], slot[3][ids] = losses, played, True, msg.worker
+            ids = ids[~seen]
+            values = {name: v[~seen] for name, v in values.items()}
+        for name, v in values.items():
+            slot[name][ids] = v
+        slot["seen"][ids], slot["worker"][ids] = True, msg.worker
 
     def complete(self, t: int) -> bool:
         slot = self.steps.get(t)
-        return slot is not None and bool(slot[2].all())
+        return slot is not None and bool(slot["seen"].all())
 
     def missing(self, t: int) -> list[int]:
         slot = self.steps.get(t)
-        return list(range(self.M)) if slot is None else np.flatnonzero(~slot[2]).tolist()
+        return list(range(self.M)) if slot is None else np.flatnonzero(~slot["seen"]).tolist()
 
     def take(self, t0: int, n: int):
-        """Remove and return steps t0+1 … t0+n: losses (n, M), played (n, M, d, K)."""
+        """Remove and return steps t0+1 … t0+n: losses (n, M) and each field (n, M, …) — for a linear run
+        the played models (n, M, d, K) as a second value, for a GMF run a dict ``rank``/``negatives``."""
         slots = [self.steps.pop(t) for t in range(t0 + 1, t0 + n + 1)]
-        return np.stack([s[0] for s in slots]), np.stack([s[1] for s in slots])
+        losses = np.stack([s["losses"] for s in slots])
+        if self.kind is Loss:
+            return losses, np.stack([s["played"] for s in slots])
+        return losses, {"rank": np.stack([s["ranks"] for s in slots]),
+                        "negatives": np.stack([s["negatives"] for s in slots])}
 
 
 def track(cfg, stream, bootstrap: str, run_id: str, run_dir: Path, on_chunk: Callable | None = None,
@@ -301,11 +333,19 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
     M = stream.n_clients
     K = stream.n_classes if stream.task == "softmax" else 1
     sink = MetricsSink(run_dir, cfg.output.format)
-    tracker = RegretTracker(stream, MAIN, [MAIN], radius=cfg.learner.radius, sink=sink,
-                            spool_dir=str(run_dir / "spool"), reservoir_size=cfg.reservoir_size, seed=cfg.seed,
-                            client_columns=cfg.output.client_columns, **tracker_learner(cfg),
-                            **cfg.tracker.model_dump())
-    assembler = LossAssembler(M, stream.n_features, K)
+    gmf = cfg.learner.model == "gmf"
+    if gmf:              # streaming FedNCF: ranks and negatives from RANKED_LOSS records, as the embedded engine
+        from streamfl.regret.ranking import RankingTracker
+        from streamfl.runtime.experiment import build_gmf_clients
+        model = build_gmf_clients(cfg, stream, cfg.learner.tau)
+        tracker = RankingTracker(stream, MAIN, [MAIN], model, sink=sink)
+        assembler = LossAssembler(M, negatives=model.negatives)
+    else:
+        tracker = RegretTracker(stream, MAIN, [MAIN], radius=cfg.learner.radius, sink=sink,
+                                spool_dir=str(run_dir / "spool"), reservoir_size=cfg.reservoir_size, seed=cfg.seed,
+                                client_columns=cfg.output.client_columns, **tracker_learner(cfg),
+                                **cfg.tracker.model_dump())
+        assembler = LossAssembler(M, stream.n_features, K)
     fingerprint = config_fingerprint(cfg, learner=True)
     reader = make_reader(bootstrap, f"streamfl-{run_id}-tracker", topics.loss)
     started = time.perf_counter()
@@ -313,7 +353,8 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
     dead = _DeadCounter(bootstrap, run_id, topics)
     rejects = _Rejects(bootstrap, run_id, topics)
     watch = _Watch(reader, topics, metrics, tau, M, dead)
-    comm = _RoundBytes(bootstrap, run_id, topics) if cfg.learner.compression is not None and tau else None
+    comm = _RoundBytes(bootstrap, run_id, topics) if (cfg.learner.compression is not None or gmf) and tau else None
+    up = down = None
     try:
         last = time.monotonic()
         ready = 1                      # the first step not yet known to be complete
@@ -329,7 +370,7 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
                     for rec in records:
                         try:
                             msg = decode(rec.value)
-                            if not isinstance(msg, Loss):
+                            if not isinstance(msg, (Loss, RankedLoss)):
                                 raise BadLoss("not_loss", f"a {type(msg).__name__} record on the loss topic")
                             try:
                                 check_fingerprint(rec.headers, fingerprint, f"the LOSS record at offset {rec.offset}")
@@ -351,9 +392,13 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
                     raise TrackerError(f"no LOSS record for {timeout:.0f} s; step {ready} still lacks clients "
                                        f"{assembler.missing(ready)}")
             if comm is not None:
-                tracker.count_bytes(*comm.cumulative(chunk.t0, n, tau, check, timeout))
+                up, down = comm.cumulative(chunk.t0, n, tau, check, timeout)
+                tracker.count_bytes(up, down)
             losses, played = assembler.take(chunk.t0, n)
-            tracker.update(chunk, {MAIN: losses}, played)
+            if gmf:
+                tracker.update(chunk, {MAIN: losses}, None, observed=played)
+            else:
+                tracker.update(chunk, {MAIN: losses}, played)
             watch.on_chunk(tracker, time.perf_counter() - started)
             if on_chunk is not None:
                 on_chunk(tracker, stream)
@@ -376,12 +421,19 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
         "gaps": {}, "dead_letters": dead_letters, "duplicate_loss_reports": assembler.duplicates,
         "inputs": describe_inputs(cfg, stream),
     })
+    if gmf:              # the embedded run's GMF summary keys (streamfl.runtime.experiment._run_gmf)
+        from streamfl.runtime.experiment import _add_columns
+        _add_columns(sink.path, tracker.static_columns)
+        summary.update({"model": "gmf", "n_items": stream.n_items, "task": "bce (implicit feedback)",
+                        "chunk_size_used": cfg.chunk_size, "bottleneck": None,
+                        "bytes_up": int(up[-1]) if up is not None else 0,
+                        "bytes_down": int(down[-1]) if down is not None else 0})
     if extra:
         summary.update(extra)
     (run_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2))
     if cfg.output.plots if plots is None else plots:
-        from streamfl.report.plots import render_run
-        summary["plots"] = [str(p) for p in render_run(run_dir)]
+        from streamfl.report.plots import render_ranking_run, render_run
+        summary["plots"] = [str(p) for p in (render_ranking_run if gmf else render_run)(run_dir)]
     if metrics is not None:
         metrics.set_regrets({c: summary.get(f"regret_{c}") for c in TrackerMetrics.COMPARATORS})
         metrics.set(metrics.cum_loss, summary["cum_loss"][MAIN])
@@ -423,7 +475,7 @@ class _RoundBytes:
                     except FormatError:
                         continue
                     h = dict(rec.headers or ())
-                    if isinstance(msg, Global) and all(k in h for k in self.keys):
+                    if isinstance(msg, (Global, GMFGlobal)) and all(k in h for k in self.keys):
                         self.rounds.setdefault(msg.round, tuple(int(h[k].decode()) for k in self.keys))
                         got = True
             if got:

@@ -34,6 +34,18 @@ the embedded engine's arithmetic, row by row). For each step s the worker
 
 A client never passes step rτ before it has round r's global model.
 
+Streaming GMF (``learner.model: gmf``): the clients' state lives in a
+:class:`consumers.gmf.GMFClients` (p, h, b, the items seen, the round
+submodel; the global item table of each round rebuilt from the GMF_GLOBAL
+records), not in (d, K) models. Clients at the same step are stepped
+together on the table of their round (a client steps only once every
+GLOBAL before its round has been read), each step's losses, ranks and
+training negatives go out as one RANKED_LOSS, a round's upload as
+GMF_UPDATE records (clients split so that a record stays under about
+``UPDATE_BYTES``), and checkpoints are GMF_STATE records. The kernel's
+draws depend on (seed, client, step) only, so the numbers equal the
+embedded engine's whoever holds which client.
+
 Exactly once: transactions and fencing
 --------------------------------------
 Everything a worker publishes — LOSS, UPDATE, STATE (checkpoints) and dead
@@ -160,8 +172,8 @@ import numpy as np
 from consumers.aggregator import UPDATES_OFFSET
 from streamfl.models import StackedLinear
 from streamfl.runtime.engine import MAIN, divergence_message
-from streamfl.transport.format import (ClientState, CompressedUpdate, Data, FormatError, Global, Loss, Update,
-                                       decode, encode)
+from streamfl.transport.format import (ClientState, CompressedUpdate, Data, FormatError, GMFGlobal, GMFState,
+                                       GMFUpdate, Global, Loss, RankedLoss, Update, decode, encode)
 from streamfl.transport.spec import (CONFIG_HEADER, ConfigMismatch, LearnerSpec, check_fingerprint, code_origin,
                                      config_fingerprint, upload_compressor)
 from streamfl.transport.fencing import format_proof, parse_proof, update_digest
@@ -214,6 +226,7 @@ JOIN_POLL_MS = 10000        # poll timeout while a group join is pending (see Wo
 COMMIT_INTERVAL = 0.1       # s an open transaction may wait for data before it is committed
 TRANSACTION_TIMEOUT = 10.0  # s after which the broker aborts a transaction left open (a frozen worker's)
 SETTLE = 3.0                # s restoration scans wait for transactions open when they start
+UPDATE_BYTES = 512 * 1024   # about the largest GMF_UPDATE record (producers send at most 1 MiB per request)
 
 
 class _TxnSender:
@@ -256,7 +269,7 @@ class Worker:
 
     def __init__(self, bootstrap: str, run_id: str, spec: LearnerSpec, batch_size: int, worker_id: int,
                  n_workers: int = 1, n_partitions: int = 1, timeout: float = 60.0, restore_timeout: float = 30.0,
-                 session_timeout: float = 6.0, config=None):
+                 session_timeout: float = 6.0, config=None, gmf=None):
         if worker_id < 0 or n_partitions < 1:
             raise WorkerError(f"need worker id ≥ 0 and partitions ≥ 1, got {worker_id}, {n_partitions}")
         self.bootstrap, self.run_id, self.topics, self.spec = bootstrap, run_id, Topics(run_id), spec
@@ -301,6 +314,9 @@ class Worker:
         # learner.compression: per-client compressed uploads (CompressedUpdate) instead of one pre-summed Update
         self.compressor = None if config is None else upload_compressor(config)
         self.seed = 0 if config is None else int(config.seed)
+        # streaming GMF (consumers.gmf.GMFClients): the clients' state lives there, not in W
+        self.gmf = gmf
+        self.globals_upto = 0       # every GLOBAL of rounds 1 … globals_upto has been read
 
     # ---- per-client arrays ---------------------------------------------------------------------------
     def _set_rows(self, clients, values: dict) -> None:
@@ -563,7 +579,14 @@ class Worker:
         for c in new_clients:
             s = states[c]
             t = 0 if s is None else s.t
-            snap["W"][c] = np.zeros(self.shape) if s is None else s.model.reshape(self.shape)
+            if self.gmf is not None:
+                if s is not None and not isinstance(s, GMFState):
+                    raise WorkerError(f"worker {self.id}: the checkpoint of client {c} is a {type(s).__name__}, "
+                                      f"not a GMF_STATE: the state topic is not this streaming GMF run's")
+                self.gmf.restore(c, s)
+                snap["W"][c] = np.zeros(self.shape)
+            else:
+                snap["W"][c] = np.zeros(self.shape) if s is None else s.model.reshape(self.shape)
             snap["t"][c], snap["ckpt"][c], snap["received"][c] = t, t, t
             snap["off"][c] = 0 if s is None else s.offset
             snap["loss_from"][c] = 0 if s is None else s.loss_offset
@@ -625,11 +648,22 @@ class Worker:
             raise WorkerError(f"worker {self.id}: restoring: {e}") from None
 
     def _scan_reported(self, clients: set, start: int) -> dict:
-        """Highest step already on the loss topic per client of ``clients``, reading from offset ``start``."""
+        """Highest step already on the loss topic per client of ``clients``, reading from offset ``start``.
+
+        Only records the tracker counts are taken into account: a LOSS of
+        this run's model shape, or for a GMF run a RANKED_LOSS with its N
+        negatives (a record the tracker dead-letters reports nothing).
+        """
         out: dict[int, int] = {}
+        if self.gmf is not None:
+            def counts(msg):
+                return isinstance(msg, RankedLoss) and msg.negatives.shape[1] == self.gmf.N
+        else:
+            def counts(msg):
+                return isinstance(msg, Loss) and msg.played.shape[1:] == self.shape
 
         def on_msg(msg):
-            if isinstance(msg, Loss):
+            if counts(msg):
                 for c in msg.clients.tolist():
                     if c in clients and msg.t > out.get(c, 0):
                         out[c] = msg.t
@@ -639,11 +673,18 @@ class Worker:
         return out
 
     def _scan_sent(self, clients: set, start: int) -> dict:
-        """Highest round whose contribution is already on the updates topic, per client of ``clients``."""
+        """Highest round whose contribution is already on the updates topic, per client of ``clients``.
+
+        Records of the other model kind, and GMF updates the aggregator
+        rejects on arrival (an item id outside the table, rows of another
+        width: :func:`consumers.gmf.update_problem`), contribute nothing.
+        """
+        from consumers.gmf import update_problem
         out: dict[int, int] = {}
+        kinds = (GMFUpdate,) if self.gmf is not None else (Update, CompressedUpdate)
 
         def on_msg(msg):
-            if isinstance(msg, (Update, CompressedUpdate)):
+            if isinstance(msg, kinds) and not (self.gmf is not None and update_problem(msg, self.gmf.I, self.gmf.D)):
                 for c in msg.clients.tolist():
                     if c in clients and msg.round > out.get(c, 0):
                         out[c] = msg.round
@@ -760,20 +801,33 @@ class Worker:
             for rec in records:
                 try:
                     msg = decode(rec.value)
-                    if not isinstance(msg, Global):
+                    if self.gmf is not None:
+                        self._check_gmf_global(msg)
+                    elif not isinstance(msg, Global):
                         raise FormatError("bad_type", f"a {type(msg).__name__} record on the global topic")
-                    if msg.model.shape != self.shape:
+                    elif msg.model.shape != self.shape:
                         raise FormatError("shape_mismatch", f"model of shape {msg.model.shape}, this run's is "
                                                             f"{self.shape}")
                 except FormatError as e:     # a stray writer's record: skipped (the aggregator's records stand)
                     log.warning("worker %d: skipped a record at offset %d of %s that is not a GLOBAL of this run: "
                                 "%s", self.id, rec.offset, self.topics.global_, e)
                     continue
-                if isinstance(msg, Global):
-                    self.globals.setdefault(msg.round, msg)
-                    hdr = dict(rec.headers or ()).get(UPDATES_OFFSET)
-                    if hdr:
-                        self.updates_from[msg.round] = int(hdr.decode())
+                self.globals.setdefault(msg.round, msg)
+                hdr = dict(rec.headers or ()).get(UPDATES_OFFSET)
+                if hdr:
+                    self.updates_from[msg.round] = int(hdr.decode())
+        while self.globals_upto + 1 in self.globals:
+            self.globals_upto += 1
+
+    def _check_gmf_global(self, msg) -> None:
+        """FormatError unless ``msg`` is a GMF_GLOBAL of this run (embedding width D, item ids < I)."""
+        g = self.gmf
+        if not isinstance(msg, GMFGlobal):
+            raise FormatError("bad_type", f"a {type(msg).__name__} record on the global topic of a streaming GMF run")
+        if msg.h.shape != (g.D,):
+            raise FormatError("shape_mismatch", f"GMF_GLOBAL h of shape {msg.h.shape}, this run's D = {g.D}")
+        if msg.ids.size and int(msg.ids[-1]) >= g.I:
+            raise FormatError("bad_field", f"GMF_GLOBAL item id {int(msg.ids[-1])}, this run has I = {g.I} items")
 
     # ---- learning ----------------------------------------------------------------------------------------
     def _model(self, n: int) -> StackedLinear:
@@ -794,14 +848,21 @@ class Worker:
                     rows = np.asarray(loaded)
                     for r in np.unique(self.wait[rows]):
                         g = self.globals[int(r)]
-                        if g.n_participants:          # 0: nobody took part, the clients keep their models
+                        if self.gmf is not None:
+                            self.gmf.load(self.clients[rows[self.wait[rows] == r]], g)
+                        elif g.n_participants:          # 0: nobody took part, the clients keep their models
                             self.W[rows[self.wait[rows] == r]] = g.model
                     self.wait[rows] = self.seen[rows] = 0
                     self._checkpoint(rows)
+                    if self.gmf is not None:      # tables older than any owned client's round are rebuilt on demand
+                        self.gmf.forget_tables(int(self.t.min()) // self.tau - 1)
                     progressed = True
             nxt = self.t + 1
+            # a GMF client steps on the global table of its round: every GLOBAL before it must have been read
+            upto = (self.globals_upto + 1) * self.tau if self.gmf is not None else self.T
             ready = [i for i in range(len(self.clients))
-                     if self.wait[i] == 0 and self.t[i] < self.T and int(self.clients[i]) in self.pending.get(int(nxt[i]), ())]
+                     if self.wait[i] == 0 and self.t[i] < self.T and nxt[i] <= upto
+                     and int(self.clients[i]) in self.pending.get(int(nxt[i]), ())]
             if not ready:
                 break
             s = min(int(nxt[i]) for i in ready)
@@ -826,23 +887,30 @@ class Worker:
         X = np.stack([r[0] for r in recs])
         y = np.stack([r[1] for r in recs])
         present = np.fromiter((r[2] for r in recs), bool, len(recs))
-        model = self._model(len(rows))
-        model.W = self.W[rows]
-        played = model.W.copy()
-        losses = model.test_then_train(X, y, s, None if present.all() else present)
+        if self.gmf is not None:
+            losses, ranks, negatives = self.gmf.step(s, self.clients[rows], X[:, 0, 0].astype(np.int64), present,
+                                                     self.globals)
+        else:
+            model = self._model(len(rows))
+            model.W = self.W[rows]
+            played = model.W.copy()
+            losses = model.test_then_train(X, y, s, None if present.all() else present)
         if not np.isfinite(losses).all():
             raise WorkerError(f"worker {self.id}: {divergence_message(MAIN, s)}")
-        self.W[rows] = model.W
+        if self.gmf is None:
+            self.W[rows] = model.W
         self.t[rows] = s
         self.off[rows] = [r[3] + 1 for r in recs]
         self.steps_done += 1
         with self._txn_lock:
             new = (self.reported[rows] < s) & self._still_owned(rows)
             if new.any():
-                self._last_loss_future = self._send(
-                    self.topics.loss, encode(Loss(t=s, worker=self.id, clients=self.clients[rows][new],
-                                                  losses=losses[new], played=played[new])),
-                    key_of(self.id), 0, self.loss_headers)
+                ids = self.clients[rows][new]
+                msg = (RankedLoss(t=s, worker=self.id, clients=ids, losses=losses[new], ranks=ranks[new],
+                                  negatives=negatives[new]) if self.gmf is not None else
+                       Loss(t=s, worker=self.id, clients=ids, losses=losses[new], played=played[new]))
+                self._last_loss_future = self._send(self.topics.loss, encode(msg), key_of(self.id), 0,
+                                                    self.loss_headers)
                 self.reported[rows[new]] = s
         self.seen[rows] += present
         if self.tau is not None and s % self.tau == 0:
@@ -866,21 +934,37 @@ class Worker:
         rows = np.flatnonzero((self.wait == r) & (self.sent < r))
         if not len(rows):
             return
-        value = self._update_record(r, rows)
+        values = self._update_records(r, rows)
         with self._txn_lock:
             keep = self._still_owned(rows)
             rows = rows[keep]
             if not len(rows):
                 return
             if not keep.all():
-                value = self._update_record(r, rows)
-            digest = update_digest(value)
-            for p in {int(c) % self.P for c in self.clients[rows]}:
-                old_r, digests = self.proof.get(p, (0, []))
-                self.proof[p] = (r, digests + [digest] if old_r == r else [digest])
-            self._send(self.topics.updates, value, key_of(self.id), 0)
+                values = self._update_records(r, rows)
+            for part, value in values:
+                digest = update_digest(value)
+                for p in {int(c) % self.P for c in self.clients[part]}:
+                    old_r, digests = self.proof.get(p, (0, []))
+                    self.proof[p] = (r, digests + [digest] if old_r == r else [digest])
+                self._send(self.topics.updates, value, key_of(self.id), 0)
         self._commit()                           # the aggregator needs it now (Fenced: see run())
         self.sent[rows] = r
+
+    def _update_records(self, r: int, rows: np.ndarray) -> list[tuple[np.ndarray, bytes]]:
+        """The records of round r for the clients ``rows``: [(rows covered, encoded record)].
+
+        One record (:meth:`_update_record`), except for a streaming GMF run,
+        whose item rows grow with the clients: its clients are split into
+        consecutive groups of at most about ``UPDATE_BYTES`` bytes of rows each
+        (one GMF_UPDATE per group; the aggregator covers the clients with
+        several records of one worker as with one).
+        """
+        if self.gmf is None:
+            return [(rows, self._update_record(r, rows))]
+        size = self.gmf.model.n_slots[self.clients[rows]] * (self.gmf.D * 8 + 16) + self.gmf.D * 8 + 40
+        group = np.cumsum(size) // UPDATE_BYTES
+        return [(rows[group == g], self._update_record(r, rows[group == g])) for g in np.unique(group)]
 
     def _update_record(self, r: int, rows: np.ndarray) -> bytes:
         """The encoded record of round r for the clients ``rows``: an Update (Σ models of those that took
@@ -891,6 +975,11 @@ class Worker:
         WorkerError
             A model is not finite (the aggregator would reject the record and the round never end).
         """
+        if self.gmf is not None:         # the item rows, counts and h, b of every covered client
+            upd = self.gmf.upload(r, self.id, self.clients[rows], self.seen[rows], self.globals)
+            if not (np.isfinite(upd.rows).all() and np.isfinite(upd.h).all() and np.isfinite(upd.b).all()):
+                raise WorkerError(f"worker {self.id}: {divergence_message(MAIN, r * self.tau + 1)}")
+            return encode(upd)
         took_part = rows[self.seen[rows] > 0]
         if not np.isfinite(self.W[took_part]).all():
             raise WorkerError(f"worker {self.id}: {divergence_message(MAIN, r * self.tau + 1)}")
@@ -934,8 +1023,12 @@ class Worker:
             if not len(rows):
                 return
             loss_off = np.maximum(self.loss_from[rows], self.last_loss_offset + 1)
-            states = [ClientState(client=int(self.clients[i]), t=int(self.t[i]), offset=int(self.off[i]),
-                                  loss_offset=int(lo), model=self.W[i]) for i, lo in zip(rows, loss_off)]
+            if self.gmf is not None:
+                states = [self.gmf.state(int(self.clients[i]), int(self.t[i]), int(self.off[i]), int(lo))
+                          for i, lo in zip(rows, loss_off)]
+            else:
+                states = [ClientState(client=int(self.clients[i]), t=int(self.t[i]), offset=int(self.off[i]),
+                                      loss_offset=int(lo), model=self.W[i]) for i, lo in zip(rows, loss_off)]
             send_states(_TxnSender(self), self.run_id, self.P, states)
         self.ckpt[rows] = self.t[rows]
         self.loss_from[rows] = loss_off
@@ -1003,12 +1096,12 @@ class Worker:
                     msg = decode(rec.value)
                 except FormatError:
                     return
-                if isinstance(msg, (Update, CompressedUpdate)) and msg.round == r:
+                if isinstance(msg, (Update, CompressedUpdate, GMFUpdate)) and msg.round == r:
                     rejected.append(f"worker {msg.worker}'s update (clients {msg.clients.tolist()}): "
                                     f"{h.get('reason')}{': ' + h['detail'] if h.get('detail') else ''}")
 
         def on_update(msg):
-            if isinstance(msg, (Update, CompressedUpdate)) and msg.round == r:
+            if isinstance(msg, (Update, CompressedUpdate, GMFUpdate)) and msg.round == r:
                 covered.update(msg.clients.tolist())
 
         reader = resilient_reader(self.bootstrap, self.client_id + "-diagnosis", self.topics.dead)
@@ -1179,9 +1272,14 @@ def main(argv=None) -> int:
         from streamfl.transport.spec import learner_spec, read_config
         cfg = read_config(args.config)
         stream = build_stream(cfg)
+        gmf = None
+        if cfg.learner.model == "gmf":
+            from consumers.gmf import GMFClients
+            from streamfl.runtime.experiment import build_gmf_clients
+            gmf = GMFClients(build_gmf_clients(cfg, stream, cfg.learner.tau))
         worker = Worker(args.bootstrap, args.run_id, learner_spec(cfg, stream), stream.batch_size, args.worker_id,
                         args.workers, args.partitions, timeout=args.timeout, restore_timeout=args.restore_timeout,
-                        session_timeout=args.session_timeout, config=cfg)
+                        session_timeout=args.session_timeout, config=cfg, gmf=gmf)
         if kafka_debug:
             worker.kafka_debug = True
         worker.run()

@@ -401,17 +401,15 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
     from .runtime.kafka_run import BrokerUnavailable, KafkaRunError, run_kafka_experiment
     from .runtime.live import LiveView
     from .transport.topics import check_broker
-    if cfg.learner.model == "gmf":              # before contacting the broker: nothing over Kafka can run it
-        from .transport.spec import kafka_unsupported
-        _fail(kafka_unsupported(cfg, None))
     try:
         check_broker(broker)
+        learner = "FedNCF GMF" if cfg.learner.model == "gmf" else "FedSEA"
         if cfg.baselines:
-            err.print(f"note: over Kafka only FedSEA runs; skipping baselines {', '.join(cfg.baselines)}",
+            err.print(f"note: over Kafka only {learner} runs; skipping baselines {', '.join(cfg.baselines)}",
                       highlight=False, soft_wrap=True)
         stream = build_stream(cfg)
         _print_inputs(cfg, stream)
-        view = LiveView(f"{cfg.name}: FedSEA τ={cfg.learner.tau} over Kafka ({workers} worker(s))", stream.n_steps,
+        view = LiveView(f"{cfg.name}: {learner} τ={cfg.learner.tau} over Kafka ({workers} worker(s))", stream.n_steps,
                         console=console, enabled=live)
         if metrics_port is not None:
             # the tracker runs in this process; it reads the port from the environment (see consumers.tracker)
@@ -525,8 +523,8 @@ def produce(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG
 
 Workers join the run's consumer group; Kafka assigns them data partitions (and so clients) and moves
 them when a worker joins or dies: the new owner restores the clients' models from the run's state
-changelog. A worker publishes its clients' losses every step and their models every τ steps, then
-waits for the aggregator's global model. Start as many as you like (up to P useful), on any machines.
+changelog. A worker publishes its clients' losses every step and their models every τ steps (GMF:
+losses, ranks and negatives; item rows and h, b), then waits for the aggregator's global model. Start as many as you like (up to P useful), on any machines.
 {ROLES_HELP}"""))
 def worker(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG,
            worker_id: str = typer.Option("0", "--worker-id", help="This worker's number, used in its logs and Kafka client id; 'auto' = $STREAMFL_WORKER_ID, else the replica number n of a Docker Compose container named <project>-worker-<n> (n − 1)."),
@@ -569,7 +567,8 @@ def _worker_id(value: str) -> int:
 @app.command(help=_paragraphs(f"""Role: the FedSEA server — average the workers' updates into one global model per round.
 
 Reads the updates topic; once the client counts of round r add up to M it publishes
-GLOBAL(r) = (1/M) Σ_m x_m. Malformed or NaN updates go to the dead-letter topic. One per run.
+GLOBAL(r) = (1/M) Σ_m x_m (with learner.model gmf: MF-FedAvg of the item rows, FedAvg of h and b).
+Malformed or NaN updates go to the dead-letter topic. One per run.
 M and the number of rounds ⌊T/τ⌋ come from --config. {ROLES_HELP}"""))
 def aggregate(broker: str = _BROKER, run_id: str = _RUN_ID, config: Path = _CONFIG,
               partitions: Optional[int] = _PARTS,

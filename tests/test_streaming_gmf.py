@@ -239,9 +239,8 @@ def test_cli_run_from_a_temporary_folder(tmp_path):
     assert "prequential HR@10: " in again.stdout
     kafka = subprocess.run([str(exe), "run", "--config", "x.yaml", "--no-live", "--broker", "127.0.0.1:9"],
                            cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "COLUMNS": "300"})
-    assert kafka.returncode == 2 and kafka.stderr.strip() == (
-        "error: streaming FedNCF (learner.model: gmf) runs embedded only for now: the Kafka roles carry linear "
-        "models; run without --broker")
+    assert kafka.returncode == 2 and kafka.stderr.strip() == (       # gmf runs over Kafka: only the broker is missing
+        "error: cannot reach a Kafka broker at 127.0.0.1:9 (Connection refused); start one with scripts/kafka-local start")
     bad = subprocess.run([str(exe), "run", "--config", "x.yaml", "--no-live", "--steps", "3", "--out", "r2"],
                          cwd=tmp_path / "data", capture_output=True, text=True)
     assert bad.returncode == 2 and "no such file" in bad.stderr and "Traceback" not in bad.stderr
@@ -312,3 +311,18 @@ def test_gmf_upload_survives_the_sparse_update_record():
     np.testing.assert_array_equal(a.ids, b.ids)
     np.testing.assert_allclose(a.rows, b.rows, rtol=1e-15, atol=0)
     assert int(r.counts.sum()) == 3 * 10 * 5          # 3 steps × 10 clients × (1 positive + 4 negatives)
+
+
+def test_the_round_length_guard_looks_at_the_clients_that_step_only():
+    """Over Kafka one process can hold clients of two rounds (after taking over a dead worker's clients):
+    a client whose round submodel is full must not stop another client from stepping."""
+    users, items, times = synthetic(n_users=2, per_user=6)
+    s = InteractionStream(users, items, times, 2, 150)
+    g = StreamingGMF(2, 150, StepSize("constant", eta=0.5), s.ever, tau=2, dim=3, negatives=1, eval_negatives=20)
+    X = next(s.chunks(10)).X
+    for t in (1, 2):                                   # client 0 fills its round (τ = 2 steps)
+        g.test_then_train(X[t - 1], None, t, np.array([True, False]))
+    assert g.n_slots.tolist()[0] >= 3
+    g.test_then_train(X[0], None, 1, np.array([False, True]))       # client 1 is still in its first step
+    with pytest.raises(ValueError, match="more steps between two rounds than tau"):
+        g.test_then_train(X[2], None, 3, np.array([True, False]))

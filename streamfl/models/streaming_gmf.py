@@ -301,11 +301,13 @@ class StreamingGMF(ClientModel):
         """
         if X.shape[1] != 1:
             raise ValueError(f"StreamingGMF takes one interaction per client and step (b = 1); got b = {X.shape[1]}")
-        if self.n_slots.max() + 1 + self.negatives > self.slot_ids.shape[1]:
+        mask = self._all if mask is None else np.asarray(mask, np.bool_)
+        used = self.n_slots[mask]             # only the clients that step (others may be in another round)
+        if used.size and used.max() + 1 + self.negatives > self.slot_ids.shape[1]:
             raise ValueError("StreamingGMF: more steps between two rounds than tau; download a global update first")
         items = X[:, 0, 0].astype(np.int64)
         gmf_stream_step(self.P, self.Q, self.H, self.B, self.slot_map, self.slot_ids, self.slot_rows,
-                        self.slot_counts, self.n_slots, items, self._all if mask is None else np.asarray(mask, np.bool_),
+                        self.slot_counts, self.n_slots, items, mask,
                         self.ever, self.seen, int(self.seed), int(t), self.negatives, self.eval_negatives,
                         float(self.step_size(t)), self._stamp, self._losses, self._ranks, self._negs)
         return self._losses.copy()

@@ -77,25 +77,35 @@ def build_learners(cfg: ExperimentConfig, stream) -> dict:
     return learners
 
 
-def build_gmf_learners(cfg: ExperimentConfig, stream) -> dict:
-    """Streaming FedNCF GMF learners (:class:`~streamfl.models.streaming_gmf.StreamingGMF` clients in the
-    engine's one :class:`Federated` learner, :class:`~streamfl.aggregation.MFFedAvg` server): the main
-    learner with τ = ``learner.tau`` and, if listed in ``baselines``, ``tau1`` (a round every step).
-    Every learner draws the same negatives (same seed)."""
-    from ..aggregation import MFFedAvg
+def build_gmf_clients(cfg: ExperimentConfig, stream, tau: int):
+    """The M :class:`~streamfl.models.streaming_gmf.StreamingGMF` clients of ``cfg`` with round length ``tau``:
+    the same initial model and draws in every process that builds them (embedded engine, Kafka workers,
+    tracker)."""
     from ..config import GMFConfig
     from ..models.streaming_gmf import StreamingGMF
     lc = cfg.learner
     g = lc.gmf or GMFConfig()
     eta = StepSize(lc.step_size.kind, lc.step_size.eta, lc.step_size.mu, lc.step_size.t0)
+    return StreamingGMF(stream.n_clients, stream.n_items, eta, stream.ever, tau, g.dim, g.negatives,
+                        g.eval_negatives, g.init_std, cfg.seed)
 
-    def clients(tau):
-        return StreamingGMF(stream.n_clients, stream.n_items, eta, stream.ever, tau, g.dim, g.negatives,
-                            g.eval_negatives, g.init_std, cfg.seed)
 
-    learners = {MAIN: Federated(clients(lc.tau), lc.tau, MFFedAvg(lc.weighting, g.item_rule))}
+def gmf_strategy(cfg: ExperimentConfig):
+    """The server rule of a streaming GMF run (:class:`~streamfl.aggregation.MFFedAvg`; embedded and aggregator)."""
+    from ..aggregation import MFFedAvg
+    from ..config import GMFConfig
+    return MFFedAvg(cfg.learner.weighting, (cfg.learner.gmf or GMFConfig()).item_rule)
+
+
+def build_gmf_learners(cfg: ExperimentConfig, stream) -> dict:
+    """Streaming FedNCF GMF learners (:class:`~streamfl.models.streaming_gmf.StreamingGMF` clients in the
+    engine's one :class:`Federated` learner, :class:`~streamfl.aggregation.MFFedAvg` server): the main
+    learner with τ = ``learner.tau`` and, if listed in ``baselines``, ``tau1`` (a round every step).
+    Every learner draws the same negatives (same seed)."""
+    lc = cfg.learner
+    learners = {MAIN: Federated(build_gmf_clients(cfg, stream, lc.tau), lc.tau, gmf_strategy(cfg))}
     if "tau1" in cfg.baselines:
-        learners["tau1"] = Federated(clients(1), 1, MFFedAvg(lc.weighting, g.item_rule))
+        learners["tau1"] = Federated(build_gmf_clients(cfg, stream, 1), 1, gmf_strategy(cfg))
     return learners
 
 

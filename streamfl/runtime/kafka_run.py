@@ -21,7 +21,8 @@ be started, killed and added one by one (``start_worker``, ``kill_worker``,
 that stops before a given step until :meth:`KafkaRun.release` (a test hook:
 library code never sleeps to pace the stream).
 
-Only FedSEA runs over Kafka: configured baselines are skipped (the summary
+Only the main learner runs over Kafka — FedSEA, or streaming FedNCF GMF
+with ``learner.model: gmf`` (records and roles: :mod:`consumers.gmf`): configured baselines are skipped (the summary
 says so under ``transport.skipped_baselines``). Adaptive drift, sweeps and
 ``weighting: samples`` are refused with a ValueError.
 
@@ -365,7 +366,7 @@ class KafkaRun:
         KafkaRunError
             Not within ``timeout`` s (default: the run's timeout), or a process failed.
         """
-        from ..transport.format import Loss, decode
+        from ..transport.format import Loss, RankedLoss, decode
         if self._loss_reader is None:
             self._loss_reader = resilient_reader(self.broker, f"streamfl-{self.run_id}-watch", self.topics.loss)
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
@@ -377,7 +378,7 @@ class KafkaRun:
             for records in self._loss_reader.poll(timeout_ms=100).values():
                 for rec in records:
                     msg = decode(rec.value)
-                    if isinstance(msg, Loss):
+                    if isinstance(msg, (Loss, RankedLoss)):
                         self._reported.setdefault(msg.t, set()).update(msg.clients.tolist())
 
     def check(self) -> None:
@@ -448,7 +449,7 @@ def _absolute_source(cfg):
     """``cfg`` with a relative ``source.path`` made absolute against the current folder (where this process reads
     it), so the run folder's ``config.yaml`` names the same table for every role."""
     src = cfg.source
-    if getattr(src, "kind", None) == "file" and not src.path.is_absolute():
+    if getattr(src, "kind", None) in ("file", "movielens") and not src.path.is_absolute():
         return cfg.model_copy(update={"source": src.model_copy(update={"path": src.path.resolve()})})
     return cfg
 

@@ -1,14 +1,16 @@
-"""The binary wire format of every Kafka record of a streamfl run (versions 3 and 4).
+"""The binary wire format of every Kafka record of a streamfl run (versions 3, 4 and 5).
 
 Every record value is one message::
 
     offset  size  field
     0       3     magic        b"SFL"
-    3       1     version      uint8: 4 for COMPRESSED_UPDATE, 3 for the other
-                               types (2 is still read)
+    3       1     version      uint8: 5 for the streaming GMF types (9-12), 4 for
+                               COMPRESSED_UPDATE, 3 for the other types (2 is
+                               still read)
     4       1     type         uint8: 1 DATA, 2 LOSS, 3 UPDATE, 4 GLOBAL, 6 STATE,
                                7 SPARSE_UPDATE (version ≥ 3), 8 COMPRESSED_UPDATE
-                               (version 4)
+                               (version ≥ 4), 9 RANKED_LOSS, 10 GMF_UPDATE,
+                               11 GMF_GLOBAL, 12 GMF_STATE (version 5)
     5       1     n_arrays     uint8, number of arrays carried
     6       ...   fields       type-specific fixed fields (below), little-endian
     ...           descriptors  per array: dtype code (uint8), ndim (uint8),
@@ -43,7 +45,27 @@ UPDATE    table int32 (≥ 0)                           n_rows int64 (q,), ids i
                                                       rows float64 (n, k), counts int64 (n,)
 COMPRES-  round int64 (1-based), worker int32         clients int64 (q,), lengths int64 (q,),
 SED_UPD.                                              payloads uint8 (Σ lengths,)
+RANKED_   t int64 (step, 1-based), worker int32       clients int64 (k,), losses float64 (k,),
+LOSS                                                  ranks int64 (k,), negatives int64 (k, N)
+GMF_      round int64 (1-based), worker int32         the six SPARSE_UPDATE arrays (item table, row
+UPDATE                                                width D), then h float64 (q, D), b float64 (q,)
+GMF_      round int64 (1-based),                      ids int64 (u,), rows float64 (u, D),
+GLOBAL    n_participants int32 (≥ 0)                  h float64 (D,), b float64 (1,)
+GMF_      client int32, t int64, offset int64,        p float64 (D,), h float64 (D,), b float64 (1,),
+STATE     loss_offset int64 (all ≥ 0)                 seen int64 (s,)
 ========  ==========================================  ===============================================
+
+The four version-5 types carry streaming FedNCF GMF
+(:mod:`streamfl.models.streaming_gmf`, :mod:`consumers.gmf`): RANKED_LOSS
+is a GMF worker's LOSS (each client's loss, the rank of its arriving
+positive among the evaluation negatives — 0 for a client without a sample —
+and its N training negatives, −1 without a sample); GMF_UPDATE is a round's
+upload of q clients (their touched item rows in the SPARSE_UPDATE layout,
+deltas against the round's starting table, then each client's prediction
+layer h, b); GMF_GLOBAL the round's MF-FedAvg item-row deltas (sorted,
+distinct ids) and averaged h, b (empty/zero with n_participants 0: nobody
+took part, nothing is loaded); GMF_STATE a client's checkpoint (user
+embedding p, h, b and the sorted ids of the items seen so far).
 
 COMPRESSED_UPDATE carries the compressed uploads of q clients of one worker
 for round r when the run sets ``learner.compression``: client ``clients[j]``
@@ -63,7 +85,10 @@ each with its id, its delta and how many of the client's samples involved it
 :meth:`SparseRoundUpdate.to_round`). Its size grows with the touched rows n,
 not with the table.
 
-Version history: 4 — adds COMPRESSED_UPDATE (type 8) and the uint8 dtype
+Version history: 5 — adds the streaming GMF types 9-12; the other types
+keep their layouts and versions, so readers of version 4 keep reading linear
+runs, and a record of types 9-12 that says version ≤ 4 is refused
+(``bad_type``). 4 — adds COMPRESSED_UPDATE (type 8) and the uint8 dtype
 code 3; records of the other types are still written as version 3 (their
 layout is unchanged), so readers of version 3 keep reading runs without
 compression. 3 — adds SPARSE_UPDATE (type 7); the other types keep
@@ -103,8 +128,8 @@ from enum import IntEnum
 import numpy as np
 
 MAGIC = b"SFL"
-VERSION = 3                  # written for every type but COMPRESSED_UPDATE
-READABLE_VERSIONS = (2, 3, 4)   # layouts of types 1-7 are the same in all three
+VERSION = 3                  # written for every type but COMPRESSED_UPDATE and the GMF types
+READABLE_VERSIONS = (2, 3, 4, 5)   # layouts of types 1-7 are the same in all four
 
 _PREFIX = struct.Struct("<3sBBB")            # magic, version, type, n_arrays
 _DESC = struct.Struct("<BB")                 # dtype code, ndim
@@ -125,10 +150,15 @@ class MsgType(IntEnum):
     STATE = 6         # 5 is retired (per-client round models of version 1)
     SPARSE_UPDATE = 7  # version 3
     COMPRESSED_UPDATE = 8  # version 4
+    RANKED_LOSS = 9        # version 5 (streaming GMF)
+    GMF_UPDATE = 10        # version 5
+    GMF_GLOBAL = 11        # version 5
+    GMF_STATE = 12         # version 5
 
 
 #: the first version that has each message type (records are written at it)
-MIN_VERSION = {MsgType.SPARSE_UPDATE: 3, MsgType.COMPRESSED_UPDATE: 4}
+MIN_VERSION = {MsgType.SPARSE_UPDATE: 3, MsgType.COMPRESSED_UPDATE: 4, MsgType.RANKED_LOSS: 5,
+               MsgType.GMF_UPDATE: 5, MsgType.GMF_GLOBAL: 5, MsgType.GMF_STATE: 5}
 
 
 class FormatError(ValueError):
@@ -397,7 +427,129 @@ class CompressedUpdate:
         return [(int(c), raw[int(e - n):int(e)]) for c, n, e in zip(self.clients, self.lengths, ends) if n > 0]
 
 
-Message = Data | Loss | Update | Global | ClientState | SparseRoundUpdate | CompressedUpdate
+@dataclass
+class RankedLoss:
+    """A worker's test losses and ranks of streaming GMF clients at one step (worker → tracker).
+
+    The LOSS of a ranking model (:class:`~streamfl.models.streaming_gmf.StreamingGMF`):
+    what :class:`~streamfl.regret.ranking.RankingTracker` needs from the
+    clients, instead of the played (d, K) models of a linear LOSS.
+
+    Attributes
+    ----------
+    t : int
+        Step, 1-based.
+    worker : int
+        Worker id.
+    clients : ndarray (k,) int64
+        The clients reported, in the row order of the other arrays.
+    losses : ndarray (k,) float64
+        Mean BCE (nats) of the played model over the arriving positive and its
+        training negatives (0 for a client without a sample).
+    ranks : ndarray (k,) int64
+        Rank of the arriving positive among the evaluation negatives
+        (1 = best; 0 for a client without a sample).
+    negatives : ndarray (k, N) int64
+        The N training negatives drawn (item ids; −1 for a client without a sample).
+    """
+
+    t: int
+    worker: int
+    clients: np.ndarray
+    losses: np.ndarray
+    ranks: np.ndarray
+    negatives: np.ndarray
+
+
+@dataclass
+class GMFUpdate(SparseRoundUpdate):
+    """Round r's upload of q streaming GMF clients of a worker (worker → aggregator).
+
+    The item table's rows in the SPARSE_UPDATE layout (the fields of
+    :class:`SparseRoundUpdate`, table 0, deltas against the global table the
+    clients started the round from), followed by each client's dense
+    prediction layer: what :meth:`~streamfl.models.streaming_gmf.StreamingGMF.upload`
+    gives the embedded server, restricted to these clients.
+
+    Attributes
+    ----------
+    h : ndarray (q, D) float64
+        Each client's prediction weights h_m after local training.
+    b : ndarray (q,) float64
+        Each client's bias b_m.
+    """
+
+    h: np.ndarray = None
+    b: np.ndarray = None
+
+    @property
+    def n_participants(self) -> int:
+        """How many covered clients took part (learned from a sample in the round)."""
+        return int(np.count_nonzero(self.n_samples))
+
+
+@dataclass
+class GMFGlobal:
+    """Round r's global update of streaming GMF (aggregator → workers).
+
+    Attributes
+    ----------
+    round : int
+        r, 1-based.
+    n_participants : int
+        Clients that took part; 0: nobody did, the clients keep their models
+        (the arrays are then empty / zero and are not loaded).
+    ids : ndarray (u,) int64
+        Sorted, distinct item ids the round moved.
+    rows : ndarray (u, D) float64
+        The global delta of those rows (MF-FedAvg, FedNCF §3.3): the new table is old + delta.
+    h : ndarray (D,) float64
+        The averaged prediction weights.
+    b : ndarray (1,) float64
+        The averaged bias.
+    """
+
+    round: int
+    n_participants: int
+    ids: np.ndarray
+    rows: np.ndarray
+    h: np.ndarray
+    b: np.ndarray
+
+
+@dataclass
+class GMFState:
+    """A streaming GMF client's checkpoint on the state topic (worker → worker).
+
+    Written at round boundaries (after the global update is loaded, so the
+    client's round submodel is empty) and at t = T.
+
+    Attributes
+    ----------
+    client, t, offset, loss_offset : int
+        As in :class:`ClientState`.
+    p : ndarray (D,) float64
+        The private user embedding p_m.
+    h : ndarray (D,) float64
+        Prediction weights h_m.
+    b : ndarray (1,) float64
+        Bias b_m.
+    seen : ndarray (s,) int64
+        Sorted ids of the items the user has interacted with so far (never drawn as training negatives).
+    """
+
+    client: int
+    t: int
+    offset: int
+    loss_offset: int
+    p: np.ndarray
+    h: np.ndarray
+    b: np.ndarray
+    seen: np.ndarray
+
+
+Message = Data | Loss | Update | Global | ClientState | SparseRoundUpdate | CompressedUpdate | RankedLoss | \
+    GMFUpdate | GMFGlobal | GMFState
 
 _FIELDS = {
     MsgType.DATA: struct.Struct("<qiB"),
@@ -407,10 +559,16 @@ _FIELDS = {
     MsgType.STATE: struct.Struct("<iqqq"),
     MsgType.SPARSE_UPDATE: struct.Struct("<qii"),
     MsgType.COMPRESSED_UPDATE: struct.Struct("<qi"),
+    MsgType.RANKED_LOSS: struct.Struct("<qi"),
+    MsgType.GMF_UPDATE: struct.Struct("<qi"),
+    MsgType.GMF_GLOBAL: struct.Struct("<qi"),
+    MsgType.GMF_STATE: struct.Struct("<iqqq"),
 }
 _KINDS = {int(k): k for k in MsgType}
 _ARRAY_KINDS = {MsgType.DATA: "fff", MsgType.LOSS: "iff", MsgType.UPDATE: "if", MsgType.GLOBAL: "f",
-                MsgType.STATE: "f", MsgType.SPARSE_UPDATE: "iiiifi", MsgType.COMPRESSED_UPDATE: "iiu"}        # numpy kind of each array, in order
+                MsgType.STATE: "f", MsgType.SPARSE_UPDATE: "iiiifi", MsgType.COMPRESSED_UPDATE: "iiu",
+                MsgType.RANKED_LOSS: "ifii", MsgType.GMF_UPDATE: "iiiififf", MsgType.GMF_GLOBAL: "ifff",
+                MsgType.GMF_STATE: "fffi"}        # numpy kind of each array, in order
 _INT64 = (-(2**63), 2**63 - 1)
 _INT32 = (-(2**31), 2**31 - 1)
 
@@ -432,6 +590,23 @@ def _clients(kind: MsgType, shape: tuple, letter: str) -> None:
     """Refuse a clients array that is not (q,) with q ≥ 1 (``shape_mismatch``; ``letter`` names q in the message)."""
     if not (len(shape) == 1 and shape[0] >= 1):
         raise FormatError("shape_mismatch", f"{kind.name} clients must be ({letter},) with {letter} ≥ 1, got {shape}")
+
+
+def _sparse_shapes(kind: MsgType, arrays: list) -> None:
+    """Shape rules of the SPARSE_UPDATE layout (the first six arrays of SPARSE_UPDATE and GMF_UPDATE)."""
+    c, ns, nr, ids, rows, counts = (a.shape for a in arrays[:6])
+    name = kind.name
+    _clients(kind, c, "q")
+    if ns != c or nr != c:
+        raise FormatError("shape_mismatch", f"{name} n_samples and n_rows must be {c}, got {ns} and {nr}")
+    if len(ids) != 1:
+        raise FormatError("shape_mismatch", f"{name} ids must be (n,), got {ids}")
+    if not (len(rows) == 2 and rows[0] == ids[0] and rows[1] >= 1):
+        raise FormatError("shape_mismatch", f"{name} rows must be ({ids[0]}, k) with k ≥ 1, got {rows}")
+    if counts != ids:
+        raise FormatError("shape_mismatch", f"{name} counts must be {ids}, got {counts}")
+    if int(arrays[2].sum()) != ids[0]:
+        raise FormatError("shape_mismatch", f"{name} n_rows sum to {int(arrays[2].sum())} but {ids[0]} rows are carried")
 
 
 def _check_shapes(kind: MsgType, arrays: list[np.ndarray], flags: int = 0):
@@ -470,18 +645,33 @@ def _check_shapes(kind: MsgType, arrays: list[np.ndarray], flags: int = 0):
                                                 f"{payloads[0]} payload bytes are carried")
     elif kind == MsgType.SPARSE_UPDATE:
         _n_arrays(kind, arrays, 6)
-        c, ns, nr, ids, rows, counts = shapes
-        _clients(kind, c, "q")
-        if ns != c or nr != c:
-            raise FormatError("shape_mismatch", f"SPARSE_UPDATE n_samples and n_rows must be {c}, got {ns} and {nr}")
-        if len(ids) != 1:
-            raise FormatError("shape_mismatch", f"SPARSE_UPDATE ids must be (n,), got {ids}")
-        if not (len(rows) == 2 and rows[0] == ids[0] and rows[1] >= 1):
-            raise FormatError("shape_mismatch", f"SPARSE_UPDATE rows must be ({ids[0]}, k) with k ≥ 1, got {rows}")
-        if counts != ids:
-            raise FormatError("shape_mismatch", f"SPARSE_UPDATE counts must be {ids}, got {counts}")
-        if int(arrays[2].sum()) != ids[0]:
-            raise FormatError("shape_mismatch", f"SPARSE_UPDATE n_rows sum to {int(arrays[2].sum())} but {ids[0]} rows are carried")
+        _sparse_shapes(kind, arrays)
+    elif kind == MsgType.GMF_UPDATE:
+        _n_arrays(kind, arrays, 8)
+        _sparse_shapes(kind, arrays)
+        c, k, h, b = shapes[0], shapes[4][1], shapes[6], shapes[7]
+        if h != (c[0], k) or b != c:
+            raise FormatError("shape_mismatch", f"GMF_UPDATE h must be ({c[0]}, {k}) and b {c}, got {h} and {b}")
+    elif kind == MsgType.RANKED_LOSS:
+        _n_arrays(kind, arrays, 4)
+        c, l, r, n = shapes
+        _clients(kind, c, "k")
+        if l != c or r != c:
+            raise FormatError("shape_mismatch", f"RANKED_LOSS losses and ranks must be {c}, got {l} and {r}")
+        if not (len(n) == 2 and n[0] == c[0]):
+            raise FormatError("shape_mismatch", f"RANKED_LOSS negatives must be ({c[0]}, N), got {n}")
+    elif kind == MsgType.GMF_GLOBAL:
+        _n_arrays(kind, arrays, 4)
+        ids, rows, h, b = shapes
+        if not (len(ids) == 1 and len(h) == 1 and h[0] >= 1 and rows == (ids[0], h[0]) and b == (1,)):
+            raise FormatError("shape_mismatch", f"GMF_GLOBAL needs ids (u,), rows (u, D), h (D,) and b (1,), got "
+                                                f"{ids}, {rows}, {h} and {b}")
+    elif kind == MsgType.GMF_STATE:
+        _n_arrays(kind, arrays, 4)
+        p, h, b, seen = shapes
+        if not (len(p) == 1 and p[0] >= 1 and h == p and b == (1,) and len(seen) == 1):
+            raise FormatError("shape_mismatch", f"GMF_STATE needs p (D,), h (D,), b (1,) and seen (s,), got "
+                                                f"{p}, {h}, {b} and {seen}")
     elif kind == MsgType.LOSS:
         _n_arrays(kind, arrays, 3)
         c, l, p = shapes
@@ -552,6 +742,38 @@ def encode(msg: Message) -> bytes:
         _check_range("n_participants", msg.n_participants, _INT32, 0)
         arrays = [_array("model", msg.model, "<f8")]
         fields = _FIELDS[kind].pack(int(msg.round), int(msg.n_participants))
+    elif isinstance(msg, GMFUpdate):                      # before SparseRoundUpdate: a subclass of it
+        kind, flags = MsgType.GMF_UPDATE, 0
+        _check_range("round", msg.round, _INT64, 1)
+        _check_range("worker", msg.worker, _INT32, 0)
+        arrays = [_array("clients", msg.clients, "<i8"), _array("n_samples", msg.n_samples, "<i8"),
+                  _array("n_rows", msg.n_rows, "<i8"), _array("ids", msg.ids, "<i8"),
+                  _array("rows", msg.rows, "<f8"), _array("counts", msg.counts, "<i8"),
+                  _array("h", msg.h, "<f8"), _array("b", msg.b, "<f8")]
+        fields = _FIELDS[kind].pack(int(msg.round), int(msg.worker))
+    elif isinstance(msg, RankedLoss):
+        kind, flags = MsgType.RANKED_LOSS, 0
+        _check_range("t", msg.t, _INT64, 1)
+        _check_range("worker", msg.worker, _INT32, 0)
+        arrays = [_array("clients", msg.clients, "<i8"), _array("losses", msg.losses, "<f8"),
+                  _array("ranks", msg.ranks, "<i8"), _array("negatives", msg.negatives, "<i8")]
+        fields = _FIELDS[kind].pack(int(msg.t), int(msg.worker))
+    elif isinstance(msg, GMFGlobal):
+        kind, flags = MsgType.GMF_GLOBAL, 0
+        _check_range("round", msg.round, _INT64, 1)
+        _check_range("n_participants", msg.n_participants, _INT32, 0)
+        arrays = [_array("ids", msg.ids, "<i8"), _array("rows", msg.rows, "<f8"), _array("h", msg.h, "<f8"),
+                  _array("b", msg.b, "<f8")]
+        fields = _FIELDS[kind].pack(int(msg.round), int(msg.n_participants))
+    elif isinstance(msg, GMFState):
+        kind, flags = MsgType.GMF_STATE, 0
+        _check_range("client", msg.client, _INT32, 0)
+        _check_range("t", msg.t, _INT64, 0)
+        _check_range("offset", msg.offset, _INT64, 0)
+        _check_range("loss_offset", msg.loss_offset, _INT64, 0)
+        arrays = [_array("p", msg.p, "<f8"), _array("h", msg.h, "<f8"), _array("b", msg.b, "<f8"),
+                  _array("seen", msg.seen, "<i8")]
+        fields = _FIELDS[kind].pack(int(msg.client), int(msg.t), int(msg.offset), int(msg.loss_offset))
     elif isinstance(msg, SparseRoundUpdate):
         kind, flags = MsgType.SPARSE_UPDATE, 0
         _check_range("round", msg.round, _INT64, 1)
@@ -579,8 +801,9 @@ def encode(msg: Message) -> bytes:
         arrays = [_array("model", msg.model, "<f8")]
         fields = _FIELDS[kind].pack(int(msg.client), int(msg.t), int(msg.offset), int(msg.loss_offset))
     else:
-        raise TypeError(f"encode() takes a Data, Loss, Update, Global, ClientState, SparseRoundUpdate or "
-                        f"CompressedUpdate message, got {type(msg).__name__}")
+        raise TypeError(f"encode() takes a Data, Loss, Update, Global, ClientState, SparseRoundUpdate, "
+                        f"CompressedUpdate, RankedLoss, GMFUpdate, GMFGlobal or GMFState message, got "
+                        f"{type(msg).__name__}")
     _check_shapes(kind, arrays, flags)
     parts = [_PREFIX.pack(MAGIC, MIN_VERSION.get(kind, VERSION), int(kind), len(arrays)), fields]
     for a in arrays:
@@ -592,20 +815,43 @@ def encode(msg: Message) -> bytes:
     return b"".join(parts)
 
 
+def _sparse_message(kind: MsgType, fields: tuple, arrays: list) -> SparseRoundUpdate:
+    """The value checks of the SPARSE_UPDATE layout; ``fields`` (round, worker, table)."""
+    r, worker, table = fields
+    clients, n_samples, n_rows, ids, rows, counts = arrays
+    name = kind.name
+    if r < 1:
+        raise FormatError("bad_field", f"{name} round must be ≥ 1, got {r}")
+    if worker < 0 or table < 0:
+        raise FormatError("bad_field", f"{name} worker and table must be ≥ 0, got {worker} and {table}")
+    if (clients < 0).any() or len(np.unique(clients)) != len(clients):
+        raise FormatError("bad_field", f"{name} client ids must be ≥ 0 and distinct")
+    for field, a in (("n_samples", n_samples), ("n_rows", n_rows), ("ids", ids), ("counts", counts)):
+        if (a < 0).any():
+            raise FormatError("bad_field", f"{name} {field} must be ≥ 0, got {int(a.min())}")
+    owner = np.repeat(np.arange(len(clients)), n_rows)
+    order = np.lexsort((ids, owner))
+    if ((owner[order][1:] == owner[order][:-1]) & (ids[order][1:] == ids[order][:-1])).any():
+        raise FormatError("bad_field", f"{name} ids must be distinct within each client's rows")
+    return SparseRoundUpdate(round=r, worker=worker, table=table, clients=clients, n_samples=n_samples,
+                             n_rows=n_rows, ids=ids, rows=rows, counts=counts)
+
+
 def decode(raw: bytes) -> Message:
     """Parse and validate one record value.
 
     Returns
     -------
-    Data, Loss, Update, Global, ClientState, SparseRoundUpdate or CompressedUpdate
-        Arrays are fresh, writable, native-endian copies.
+    Message
+        Data, Loss, Update, Global, ClientState, SparseRoundUpdate, CompressedUpdate, RankedLoss,
+        GMFUpdate, GMFGlobal or GMFState. Arrays are fresh, writable, native-endian copies.
 
     Raises
     ------
     FormatError
         With ``reason``: ``null_value`` (a record without a value), ``truncated`` (shorter than its header or arrays say),
-        ``bad_magic``, ``bad_version`` (not 2 or 3), ``bad_type`` (unknown, or
-        SPARSE_UPDATE in a version-2 record), ``bad_dtype``
+        ``bad_magic``, ``bad_version`` (not 2 to 5), ``bad_type`` (unknown, or
+        a type in a record older than its version, e.g. SPARSE_UPDATE at version 2), ``bad_dtype``
         (unknown dtype code), ``bad_field`` (step/round/client/count out of
         range), ``shape_mismatch`` (arrays inconsistent with each other or the
         type), ``non_finite`` (NaN or ±inf in a float array),
@@ -710,23 +956,40 @@ def decode(raw: bytes) -> Message:
             raise FormatError("bad_field", f"UPDATE n_participants must be in [0, {len(arrays[0])}], got {count}")
         return Update(round=r, worker=worker, clients=arrays[0], model_sum=arrays[1], n_participants=count)
     if kind == MsgType.SPARSE_UPDATE:
-        r, worker, table = fields
-        clients, n_samples, n_rows, ids, rows, counts = arrays
-        if r < 1:
-            raise FormatError("bad_field", f"SPARSE_UPDATE round must be ≥ 1, got {r}")
-        if worker < 0 or table < 0:
-            raise FormatError("bad_field", f"SPARSE_UPDATE worker and table must be ≥ 0, got {worker} and {table}")
-        if (clients < 0).any() or len(np.unique(clients)) != len(clients):
-            raise FormatError("bad_field", "SPARSE_UPDATE client ids must be ≥ 0 and distinct")
-        for name, a in (("n_samples", n_samples), ("n_rows", n_rows), ("ids", ids), ("counts", counts)):
-            if (a < 0).any():
-                raise FormatError("bad_field", f"SPARSE_UPDATE {name} must be ≥ 0, got {int(a.min())}")
-        owner = np.repeat(np.arange(len(clients)), n_rows)
-        order = np.lexsort((ids, owner))
-        if ((owner[order][1:] == owner[order][:-1]) & (ids[order][1:] == ids[order][:-1])).any():
-            raise FormatError("bad_field", "SPARSE_UPDATE ids must be distinct within each client's rows")
-        return SparseRoundUpdate(round=r, worker=worker, table=table, clients=clients, n_samples=n_samples,
-                                 n_rows=n_rows, ids=ids, rows=rows, counts=counts)
+        return _sparse_message(kind, fields, arrays)
+    if kind == MsgType.RANKED_LOSS:
+        t, worker = fields
+        if t < 1 or worker < 0:
+            raise FormatError("bad_field", f"RANKED_LOSS step t must be ≥ 1 and worker ≥ 0, got {t} and {worker}")
+        if (arrays[0] < 0).any() or len(np.unique(arrays[0])) != len(arrays[0]):
+            raise FormatError("bad_field", "RANKED_LOSS client ids must be ≥ 0 and distinct")
+        if (arrays[2] < 0).any() or (arrays[3] < -1).any():
+            raise FormatError("bad_field", "RANKED_LOSS ranks must be ≥ 0 and negatives ≥ −1")
+        return RankedLoss(t=t, worker=worker, clients=arrays[0], losses=arrays[1], ranks=arrays[2],
+                          negatives=arrays[3])
+    if kind == MsgType.GMF_UPDATE:
+        r, worker = fields
+        sparse = _sparse_message(kind, (r, worker, 0), arrays[:6])
+        return GMFUpdate(**{f: getattr(sparse, f) for f in SparseRoundUpdate.__dataclass_fields__},
+                         h=arrays[6], b=arrays[7])
+    if kind == MsgType.GMF_GLOBAL:
+        r, count = fields
+        ids = arrays[0]
+        if r < 1 or count < 0:
+            raise FormatError("bad_field", f"GMF_GLOBAL round must be ≥ 1 and n_participants ≥ 0, got {r} and {count}")
+        if (ids < 0).any() or (np.diff(ids) <= 0).any():
+            raise FormatError("bad_field", "GMF_GLOBAL ids must be ≥ 0, sorted and distinct")
+        return GMFGlobal(round=r, n_participants=count, ids=ids, rows=arrays[1], h=arrays[2], b=arrays[3])
+    if kind == MsgType.GMF_STATE:
+        client, t, offset, loss_offset = fields
+        seen = arrays[3]
+        if not (client >= 0 and t >= 0 and offset >= 0 and loss_offset >= 0):
+            raise FormatError("bad_field", f"GMF_STATE fields must be ≥ 0, got client {client}, t {t}, offset "
+                                           f"{offset}, loss_offset {loss_offset}")
+        if (seen < 0).any() or (np.diff(seen) <= 0).any():
+            raise FormatError("bad_field", "GMF_STATE seen ids must be ≥ 0, sorted and distinct")
+        return GMFState(client=client, t=t, offset=offset, loss_offset=loss_offset, p=arrays[0], h=arrays[1],
+                        b=arrays[2], seen=seen)
     if kind == MsgType.COMPRESSED_UPDATE:
         r, worker = fields
         clients, lengths, payloads = arrays

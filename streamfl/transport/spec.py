@@ -92,9 +92,6 @@ def learner_spec(cfg: ExperimentConfig, stream) -> LearnerSpec:
 
 def kafka_unsupported(cfg: ExperimentConfig, stream) -> str | None:
     """Why ``cfg`` cannot run over Kafka, or ``None`` if it can."""
-    if cfg.learner.model == "gmf":
-        return ("streaming FedNCF (learner.model: gmf) runs embedded only for now: the Kafka roles carry "
-                "linear models; run without --broker")
     if cfg.sweep is not None:
         return "sweeps are not supported over Kafka; run each configuration separately"
     if getattr(stream, "adaptive", False):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 
-from .format import ClientState, FormatError, decode, encode
+from .format import ClientState, FormatError, GMFState, decode, encode
 from .security import client_config
 from .topics import FETCH_MAX_WAIT_MS, BrokerUnavailable, key_of, partition_for, quiet_kafka_logs
 
@@ -200,7 +200,7 @@ class StateStore:
         for records in self.consumer.poll(timeout_ms=timeout_ms).values():
             for rec in records:
                 msg = decode(rec.value)
-                if not isinstance(msg, ClientState):
+                if not isinstance(msg, (ClientState, GMFState)):
                     raise FormatError("bad_type", f"a {type(msg).__name__} record on {self.topic} "
                                                   f"(partition {rec.partition} offset {rec.offset})")
                 old = self.latest.get(msg.client)

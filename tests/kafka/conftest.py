@@ -24,10 +24,10 @@ def read_topic(bootstrap: str, topic: str, partition: int = 0):
 
 
 # ---- the roles started by hand (tests/kafka/test_equivalence.py, test_compressed_uploads.py) -------------------
-def roles_by_hand(bootstrap: str, cwd, config: str, run_id: str) -> str:
+def roles_by_hand(bootstrap: str, cwd, config: str, run_id: str, extra=()) -> str:
     """`streamfl aggregate | worker | produce` and `track --out kafka` started from ``cwd`` with ``--config
-    config``, as a user types them; asserts every role exits 0, deletes the run's topics, and returns what
-    the tracker printed."""
+    config`` (and the options ``extra`` for every role, e.g. ``("--partitions", "4")``), as a user types
+    them; asserts every role exits 0, deletes the run's topics, and returns what the tracker printed."""
     import os
     import subprocess
     import sys
@@ -36,7 +36,7 @@ def roles_by_hand(bootstrap: str, cwd, config: str, run_id: str) -> str:
     from streamfl.transport.state import delete_state_topic
     from streamfl.transport.topics import Topics, delete_topics
 
-    common = ["--broker", bootstrap, "--run-id", run_id, "--config", config]
+    common = ["--broker", bootstrap, "--run-id", run_id, "--config", config, *extra]
     root = str(Path(__file__).resolve().parents[2])
 
     def role(*argv, **kw):

@@ -87,10 +87,11 @@ def test_wrong_magic():
 
 def test_wrong_version():
     assert _reason(GOOD[:3] + bytes([1]) + GOOD[4:]) == "bad_version"      # version 1 records are refused
-    assert _reason(GOOD[:3] + bytes([5]) + GOOD[4:]) == "bad_version"
-    with pytest.raises(FormatError, match="version 5 is not supported \\(this reader speaks 2, 3 and 4\\)"):
-        decode(GOOD[:3] + bytes([5]) + GOOD[4:])
+    assert _reason(GOOD[:3] + bytes([6]) + GOOD[4:]) == "bad_version"
+    with pytest.raises(FormatError, match="version 6 is not supported \\(this reader speaks 2, 3, 4 and 5\\)"):
+        decode(GOOD[:3] + bytes([6]) + GOOD[4:])
     _same(decode(GOOD), decode(GOOD[:3] + bytes([4]) + GOOD[4:]))          # version 4 keeps the other layouts
+    _same(decode(GOOD), decode(GOOD[:3] + bytes([5]) + GOOD[4:]))          # and so does version 5
 
 
 @pytest.mark.parametrize("msg", [m for m in MESSAGES if not isinstance(m, (SparseRoundUpdate, CompressedUpdate))],
@@ -132,7 +133,7 @@ def test_compressed_update_layout_and_checks():
 
 
 def test_unknown_type():
-    assert _reason(GOOD[:4] + bytes([9]) + GOOD[5:]) == "bad_type"
+    assert _reason(GOOD[:4] + bytes([13]) + GOOD[5:]) == "bad_type"
     assert _reason(GOOD[:4] + bytes([5]) + GOOD[5:]) == "bad_type"          # retired in version 2
 
 
@@ -264,3 +265,66 @@ def test_malformed_sparse_updates_are_refused_with_a_reason():
     raw = bytearray(encode(SPARSE))
     struct.pack_into("<i", raw, 18, -1)                    # table
     assert _reason(bytes(raw)) == "bad_field"
+
+
+# ---- version 5: the streaming GMF records ---------------------------------------------------------------------
+from streamfl.transport.format import GMFGlobal, GMFState, GMFUpdate, RankedLoss  # noqa: E402
+
+GMF_MESSAGES = [
+    RankedLoss(t=7, worker=1, clients=np.array([3, 0]), losses=np.array([0.7, 0.0]), ranks=np.array([12, 0]),
+               negatives=np.array([[5, 9, 1, 2], [-1, -1, -1, -1]])),
+    GMFUpdate(round=2, worker=0, table=0, clients=np.array([4, 8]), n_samples=np.array([3, 0]),
+              n_rows=np.array([2, 0]), ids=np.array([17, 3]), rows=rng.standard_normal((2, 5)),
+              counts=np.array([1, 4]), h=rng.standard_normal((2, 5)), b=np.array([0.5, -0.25])),
+    GMFGlobal(round=3, n_participants=2, ids=np.array([3, 17]), rows=rng.standard_normal((2, 5)),
+              h=rng.standard_normal(5), b=np.array([0.125])),
+    GMFGlobal(round=4, n_participants=0, ids=np.zeros(0, np.int64), rows=np.zeros((0, 5)), h=np.zeros(5),
+              b=np.zeros(1)),
+    GMFState(client=6, t=30, offset=29, loss_offset=11, p=rng.standard_normal(5), h=rng.standard_normal(5),
+             b=np.array([-0.0]), seen=np.array([0, 4, 1681])),
+]
+
+
+@pytest.mark.parametrize("msg", GMF_MESSAGES, ids=lambda m: type(m).__name__)
+def test_gmf_records_round_trip_at_version_5_and_are_refused_at_4(msg):
+    raw = encode(msg)
+    assert raw[:5] == MAGIC + bytes([5, int({RankedLoss: 9, GMFUpdate: 10, GMFGlobal: 11, GMFState: 12}[type(msg)])])
+    _same(msg, decode(raw))
+    with pytest.raises(FormatError, match=f"type {raw[4]} \\({MsgType(raw[4]).name}\\) needs version 5, the record "
+                                          f"says 4") as info:
+        decode(raw[:3] + bytes([4]) + raw[4:])          # a version-4 reader never wrote these types
+    assert info.value.reason == "bad_type"
+
+
+def test_gmf_update_is_the_sparse_layout_followed_by_h_and_b():
+    msg = GMF_MESSAGES[1]
+    raw = encode(msg)
+    assert struct.unpack_from("<qiB", raw, 6)[:2] == (2, 0) and raw[5] == 8          # round, worker; 8 arrays
+    sparse = SparseRoundUpdate(**{f: getattr(msg, f) for f in SparseRoundUpdate.__dataclass_fields__})
+    assert decode(raw).to_round().ids.tolist() == sparse.to_round().ids.tolist() == [17, 3]
+    assert decode(raw).n_participants == 1
+
+
+def test_malformed_gmf_records_are_refused_with_a_reason():
+    u = GMF_MESSAGES[1]
+    with pytest.raises(FormatError, match="GMF_UPDATE h must be \\(2, 5\\) and b \\(2,\\), got \\(2, 4\\)") as info:
+        encode(GMFUpdate(**{**vars(u), "h": np.zeros((2, 4))}))
+    assert info.value.reason == "shape_mismatch"
+    with pytest.raises(FormatError, match="GMF_UPDATE n_rows sum to 3 but 2 rows are carried"):
+        encode(GMFUpdate(**{**vars(u), "n_rows": np.array([2, 1])}))
+    assert _reason(encode(GMFUpdate(**{**vars(u), "ids": np.array([-4, 3])}))) == "bad_field"
+    assert _reason(encode(GMFUpdate(**{**vars(u), "b": np.array([np.inf, 0.0])}))) == "non_finite"
+    loss = GMF_MESSAGES[0]
+    assert _reason(encode(RankedLoss(**{**vars(loss), "clients": np.array([3, 3])}))) == "bad_field"
+    assert _reason(encode(RankedLoss(**{**vars(loss), "negatives": np.array([[5, 9, 1, -2], [0, 0, 0, 0]])}))) \
+        == "bad_field"
+    with pytest.raises(FormatError, match="RANKED_LOSS negatives must be \\(2, N\\)"):
+        encode(RankedLoss(**{**vars(loss), "negatives": np.zeros(2, np.int64)}))
+    g = GMF_MESSAGES[2]
+    assert _reason(encode(GMFGlobal(**{**vars(g), "ids": np.array([17, 3])}))) == "bad_field"     # not sorted
+    with pytest.raises(FormatError, match="GMF_GLOBAL needs ids \\(u,\\), rows \\(u, D\\), h \\(D,\\) and b \\(1,\\)"):
+        encode(GMFGlobal(**{**vars(g), "b": np.zeros(2)}))
+    st = GMF_MESSAGES[4]
+    assert _reason(encode(GMFState(**{**vars(st), "seen": np.array([4, 4])}))) == "bad_field"
+    with pytest.raises(FormatError, match="GMF_STATE needs p \\(D,\\), h \\(D,\\)"):
+        encode(GMFState(**{**vars(st), "h": np.zeros(4)}))
