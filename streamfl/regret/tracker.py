@@ -78,6 +78,23 @@ from .regime import RegimeTerms, literal_condition
 NOISE_EVERY, NOISE_CLIENTS = 64, 8   # logistic σ²: every 64th step, on 8 rotating clients (quadrature cost)
 
 _POOLS = None
+
+
+def client_columns_plan(n_clients: int, requested: bool, limit: int) -> tuple[bool, str | None]:
+    """Whether the per-step per-client columns are written, and the note saying why not when they are dropped.
+
+    ``requested`` is ``output.client_columns``; above ``limit`` clients
+    (``output.client_columns_max``) the columns are not written (they grow as
+    5·M per step: 500,000 columns at M = 10^5) and each client's final values
+    go to summary.json only. Returns (write, note or None); the note is the
+    run header's and summary.json's (``client_columns``) wording.
+    """
+    if not requested or n_clients <= limit:
+        return bool(requested), None
+    return False, (f"per-client columns of the metrics file not written: M = {n_clients:,} clients exceed "
+                   f"output.client_columns_max = {limit:,} (up to 5 columns per client and step); each client's "
+                   f"final cumulative loss, steps and regrets are in summary.json (client_cum_loss, "
+                   f"client_steps, client_regret)")
 CLIENT_GATHER_BYTES = 256 * 2**20   # finalize: a client's recorded features read once per solve up to this size
 
 
@@ -208,7 +225,11 @@ class RegretTracker:
     reservoir_size : int
     seed : int
     client_columns : bool
-        Write the per-client columns.
+        Write the per-client columns (``output.client_columns``).
+    client_columns_max : int
+        ... only up to this many clients (``output.client_columns_max``; see
+        :func:`client_columns_plan`); summary.json's ``client_columns`` says
+        what was written and why.
     step_size : StepSize or None
         The main learner's η_t, for the regime condition (undetermined without it).
     tau : int or None
@@ -217,7 +238,7 @@ class RegretTracker:
 
     def __init__(self, stream, main: str, learners: list[str], radius: float | None = None,
                  sink=None, spool_dir: str | None = None, reservoir_size: int = 4096, seed: int = 0,
-                 client_columns: bool = True, step_size=None, tau: int | None = None,
+                 client_columns: bool = True, step_size=None, tau: int | None = None, client_columns_max: int = 1024,
                  refresh_every: int | None = None, memory_budget_mb: float = 512.0, client_hindsight_max: int = 4096,
                  refit_every: int = 1024):
         self.M, self.d, self.b = stream.n_clients, stream.n_features, stream.batch_size
@@ -225,7 +246,9 @@ class RegretTracker:
         self.population = stream.population
         self.dirac = bool(getattr(self.population, "dirac", False))
         self.main, self.learners, self.radius, self.sink = main, list(learners), radius, sink
-        self.client_columns = client_columns
+        self.client_columns, why = client_columns_plan(self.M, client_columns, client_columns_max)
+        self.client_columns_info = {"requested": bool(client_columns), "written": self.client_columns,
+                                    "max_clients": int(client_columns_max), "note": why}
         self.cum = {name: 0.0 for name in self.learners}
         self.client_cum = np.zeros(self.M)
         self.client_steps = np.zeros(self.M)
@@ -856,6 +879,8 @@ class RegretTracker:
             for k, v in clients.items()}
         out["heterogeneity"] = self.heterogeneity_summary()
         out["tracker_notes"] = list(self.notes)
+        out["client_columns"] = dict(self.client_columns_info)
+        out["client_cum_loss"] = self.client_cum.tolist()
         out["samples"] = st.samples
         out["client_steps"] = self.client_steps.astype(int).tolist()
         out["client_last_step"] = self.client_last_step.tolist()
