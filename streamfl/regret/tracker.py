@@ -54,8 +54,12 @@ in the run folder, and deleted by :meth:`finalize`):
 * logistic/softmax static comparator: reservoir refits every ``refit_every``
   steps (1024 by default; L-BFGS over R samples, warm-started), spool writes
   O(M b d) per step; at the end one
-  solver run over the spool per checkpoint and one per client (up to
-  ``client_hindsight_max`` clients), each O(T M b d) per iteration.
+  solver run over the spool per checkpoint, O(T M b d) per iteration, and
+  the per-client comparators (up to ``client_hindsight_max`` clients): for
+  logistic with d ≤ 32 all clients at once by damped Newton, one pass over
+  the spool per step, O(T M b d²)
+  (:func:`~streamfl.regret.comparators.solve_hindsight_clients`), otherwise
+  one solver run per client.
 """
 
 from __future__ import annotations
@@ -69,8 +73,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .fastquad import kappa_unique, softplus_mean
-from .comparators import (LeastSquaresHindsight, ReservoirHindsight, is_refit_step, quadratic_min, refit_points,
-                          solve_hindsight)
+from .comparators import (CLIENT_NEWTON_MAX_DIM, LeastSquaresHindsight, ReservoirHindsight, is_refit_step,
+                          quadratic_min, refit_points, solve_hindsight, solve_hindsight_clients)
 from .heterogeneity import RunningMean, client_losses, empirical_estimates, population_estimates
 from .regime import RegimeTerms, literal_condition
 
@@ -779,6 +783,30 @@ class RegretTracker:
                 release(i, j)
         return blocks
 
+    def _step_blocks(self, block_bytes: int = 64 << 20):
+        """A callable yielding the recorded stream as whole steps, all clients: (X (n, M, b, d), y (n, M, b), w (n, M, b)).
+
+        w is each client's own weight, 1/b per sample when the client was
+        present (as for one client's solve, :meth:`_blocks`); about
+        ``block_bytes`` of features per block, each block's pages released after use.
+        """
+        M, b, d = self.M, self.b, self.d
+        (mX, X), (my, y), (mw, w) = (_map(os.path.join(self.spool_dir, name), np.float64)
+                                     for name in ("X.bin", "y.bin", "w.bin"))
+        steps = len(y) // (M * b)
+        per = max(1, block_bytes // max(1, M * b * d * 8))
+
+        def blocks():
+            for s0 in range(0, steps, per):
+                s1 = min(steps, s0 + per)
+                i, j = s0 * M * b, s1 * M * b
+                yield (X[i * d:j * d].reshape(-1, M, b, d), y[i:j].reshape(-1, M, b),
+                       (w[i:j].reshape(-1, M, b) > 0) / b)
+                _release(mX, i * d * 8, j * d * 8)
+                _release(my, i * 8, j * 8)
+                _release(mw, i * 8, j * 8)
+        return blocks
+
     def finalize(self) -> dict:
         """Close the run: exact comparators for non-quadratic losses.
 
@@ -840,7 +868,21 @@ class RegretTracker:
             # client over the recorded stream, so only up to tracker.client_hindsight_max clients
             if self.M <= self.client_hindsight_max:
                 cl = np.empty(self.M)
-                for m in range(self.M):
+                todo = range(self.M)
+                if self.task == "logistic" and self.d <= CLIENT_NEWTON_MAX_DIM:
+                    # all clients at once (one pass over the spool per Newton step); clients it does not
+                    # settle (no finite minimiser, or outside the radius) go to the one-by-one solver below
+                    xs, vals, ok = solve_hindsight_clients(self._step_blocks(), self.M, self.d, x0=x)
+                    if self.radius is not None:
+                        ok &= np.linalg.norm(xs, axis=1) <= self.radius
+                    cl[ok] = vals[ok]
+                    todo = np.flatnonzero(~ok).tolist()
+                    out["client_regret_static_method"] = (
+                        f"exact: all clients at once by damped Newton (logistic, d ≤ {CLIENT_NEWTON_MAX_DIM}) for "
+                        f"{self.M - len(todo)} clients, L-BFGS one client at a time for {len(todo)}")
+                else:
+                    out["client_regret_static_method"] = "exact: L-BFGS one client at a time"
+                for m in todo:
                     _, cl[m] = solve_hindsight(self.task, self._blocks(client=m), (self.d, self.K), self.radius, x0=x)
                 clients["static"] = self.client_cum - cl
             else:
