@@ -139,6 +139,12 @@ class LeastSquaresHindsight:
     per_client : bool
         Keep each client's statistics (False: the network only; ``update``
         returns None for the clients).
+    client_extra : iterable of int or None
+        None: the clients' values are exact at every refresh step, like the
+        network's. Otherwise the clients are solved exactly (O(M d³)) only at
+        the multiples of ``refresh_every`` and these steps; at the network's
+        other refresh steps only the network is solved (O(d³)) and the
+        clients' values stay warm (upper bounds, as between refreshes).
 
     Examples
     --------
@@ -151,13 +157,16 @@ class LeastSquaresHindsight:
     """
 
     def __init__(self, n_clients: int, n_features: int, radius: float | None = None, refresh_every: int = 1,
-                 extra=(), per_client: bool = True):
+                 extra=(), per_client: bool = True, client_extra=None):
         M, d = n_clients, n_features
         self.M, self.d = M, d
         self.radius = radius
         self.refresh_every = max(1, int(refresh_every))
         self.extra = sorted(int(t) for t in extra)
         self.per_client = per_client
+        # None: the clients are solved at every refresh step; else only at the multiples of refresh_every
+        # and these steps (the network keeps every refresh step)
+        self.client_extra = None if client_extra is None else sorted(int(t) for t in client_extra)
         G = M + 1 if per_client else 1
         self.A = np.zeros((G, d, d))
         self.v = np.zeros((G, d))
@@ -166,6 +175,7 @@ class LeastSquaresHindsight:
         self.x = np.zeros((G, d))           # minimisers at the last refresh
         self.value = np.zeros(G)            # warm comparator values after step self.t
         self.refreshes = 0
+        self.solved_at = None               # the last step after which every row was solved exactly
 
     def _absorb(self, X, y, c, p, cw):
         """Add a segment's statistics. X (n, M, b, d); p = present/b; cw = c/present."""
@@ -241,18 +251,30 @@ class LeastSquaresHindsight:
         if not stops or stops[-1] != n:
             stops = stops + [n]
         refresh = set(refresh_steps(t0, n, self.refresh_every, self.extra))
+        sparse = self.per_client and self.client_extra is not None
+        if sparse:
+            first = (t0 // self.refresh_every + 1) * self.refresh_every
+            client_refresh = {t - t0 for t in range(first, t0 + n + 1, self.refresh_every)}
+            client_refresh |= {t - t0 for t in self.client_extra if t0 < t <= t0 + n}
         for stop in stops:
             sl = slice(start, stop)
-            if stop not in refresh or stop - start > 1:
+            if stop not in refresh or stop - start > 1 or (sparse and stop not in client_refresh):
                 # warm values: the last refresh's minimisers on the new steps
                 fn, fc = self._step_losses(X[sl], y[sl], c[sl], p[sl])
                 net_out[sl] = self.value[0] + np.cumsum(fn)
                 if self.per_client:
                     cl_out[sl] = self.value[1:] + np.cumsum(fc, axis=0)
             self._absorb(X[sl], y[sl], c[sl], p[sl], cw[sl])
-            if stop in refresh:
+            if stop in refresh and sparse and stop not in client_refresh:
+                # the network alone; the clients keep their warm values and last minimisers
+                v0, x0 = quadratic_min(self.A[:1], self.v[:1], self.e[:1], self.radius, return_x=True)
+                self.value = np.concatenate([v0, cl_out[stop - 1]])
+                self.x[0] = x0[0]
+                self.refreshes += 1
+            elif stop in refresh:
                 self.value, self.x = self.solve()
                 self.refreshes += 1
+                self.solved_at = t0 + stop          # every row exact after this step
             else:
                 self.value = np.concatenate([[net_out[stop - 1]], cl_out[stop - 1]]) if self.per_client \
                     else np.array([net_out[stop - 1]])

@@ -99,6 +99,7 @@ def client_columns_plan(n_clients: int, requested: bool, limit: int) -> tuple[bo
                    f"output.client_columns_max = {limit:,} (up to 5 columns per client and step); each client's "
                    f"final cumulative loss, steps and regrets are in summary.json (client_cum_loss, "
                    f"client_steps, client_regret)")
+CLIENT_SOLVE_FLOPS = 1e8    # least squares: per-client exact solves at every refresh step up to M·d³ of this
 CLIENT_GATHER_BYTES = 256 * 2**20   # finalize: a client's recorded features read once per solve up to this size
 
 
@@ -276,8 +277,12 @@ class RegretTracker:
                     f"per-client static regret skipped: the per-client d×d statistics need {need:.0f} MB, "
                     f"more than tracker.memory_budget_mb = {self.memory_budget_mb:g}; the network comparator "
                     f"is exact ({self.d * self.d * 8 / 2**20:.1f} MB)")
+            # the clients' exact solves cost (M + 1)·d³ each: above CLIENT_SOLVE_FLOPS they are made only every
+            # refresh_every steps and at T (the network keeps every refresh step); the live method says so
+            self.client_sparse = per_client and self.refresh_every > 1 and self.M * self.d ** 3 > CLIENT_SOLVE_FLOPS
             self.hindsight = LeastSquaresHindsight(self.M, self.d, radius, refresh_every=self.refresh_every,
-                                                   extra=sorted(self.checkpoints | {T}), per_client=per_client)
+                                                   extra=sorted(self.checkpoints | {T}), per_client=per_client,
+                                                   client_extra=[T] if self.client_sparse else None)
             self.reservoir = None
         else:
             self.hindsight = None
@@ -656,9 +661,13 @@ class RegretTracker:
             k = self.refresh_every
             if k == 1:
                 return "exact at every step (sufficient statistics)"
-            return (f"exact at steps t ≤ 16, powers of two, every {k} steps (tracker.refresh_every), the "
+            text = (f"exact at steps t ≤ 16, powers of two, every {k} steps (tracker.refresh_every), the "
                     f"checkpoints and T; in between the last exact minimiser's loss (an upper bound on the "
                     f"comparator, so a live regret ≤ the exact one)")
+            if getattr(self, "client_sparse", False):
+                text += (f"; per client exact only every {k} steps and at T (M·d³ = {self.M * self.d ** 3:.2g} "
+                         f"> {CLIENT_SOLVE_FLOPS:.0e} per solve), the last exact minimiser's loss in between")
+            return text
         k = self.refit_every
         powers = ", ".join(str(1 << i) for i in range(4, 63) if (1 << i) < k)
         return (f"estimate on a reservoir of samples refitted (L-BFGS, warm-started) at steps "
@@ -843,8 +852,10 @@ class RegretTracker:
         last = getattr(self, "client_last", {"static": None, "expected": None, "dynamic": None})
         clients = {k: (None if v is None else v.copy()) for k, v in last.items()}
         if self.hindsight is not None:
-            # exact now, whatever the last step was (a no-op in value when it was a refresh step)
-            value, _ = self.hindsight.solve()
+            # exact now, whatever the last step was; the values of that step when it solved every row
+            # (T is a refresh step; the clients' (M + 1)·d³ solve is not repeated)
+            h = self.hindsight
+            value = h.value.copy() if h.solved_at == h.t else h.solve()[0]
             out["comparator_static"] = float(value[0])
             out["regret_static_live_estimate"] = st.regret.get("static")
             out["regret_static"] = float(st.cum_loss[self.main] - value[0])
