@@ -422,26 +422,63 @@ def solve_hindsight(task: str, blocks, shape, radius: float | None = None, x0: n
 CLIENT_NEWTON_MAX_DIM = 32   # batched per-client Newton up to this d (its Hessians cost d² per sample)
 
 
+def _logistic_clients_py(theta, X, y, w, value, grad, hess, with_hess):
+    """Add every client's Σ_i w_i f, gradient and (lower triangle of the) Hessian over one block of steps.
+
+    theta (M, d); X (n, M, b, d); y, w (n, M, b); value (M,), grad (M, d) and
+    hess (M, d, d) are accumulated in place. The loss is log1p(e^{−|z|}) +
+    (1 − y) max(z, 0) + y max(−z, 0), as in :func:`_weighted_logistic_py`;
+    samples of weight 0 are skipped.
+    """
+    n, M, b, d = X.shape
+    for i in range(n):
+        for m in range(M):
+            for j in range(b):
+                wi = w[i, m, j]
+                if wi == 0.0:
+                    continue
+                z = 0.0
+                for k in range(d):
+                    z += X[i, m, j, k] * theta[m, k]
+                e = math.exp(-abs(z))
+                yi = y[i, m, j]
+                value[m] += wi * (math.log1p(e) + (1.0 - yi) * max(z, 0.0) + yi * max(-z, 0.0))
+                p = (1.0 if z >= 0 else e) / (1.0 + e)
+                r = wi * (p - yi)
+                for k in range(d):
+                    grad[m, k] += r * X[i, m, j, k]
+                if with_hess:
+                    h = wi * p * (1.0 - p)
+                    for k in range(d):
+                        hk = h * X[i, m, j, k]
+                        for l in range(k + 1):
+                            hess[m, k, l] += hk * X[i, m, j, l]
+
+
+_LOGISTIC_CLIENTS = []   # compiled on first use (numba's cache), like _WEIGHTED_LOGISTIC
+
+
 def _logistic_pass(theta, blocks, hessian: bool = True):
     """Σ_i w_i f, its gradient and Hessian for every client at once (one pass over the blocks).
 
     theta : (M, d); blocks : callable yielding (X (n, M, b, d), y (n, M, b), w (n, M, b)) of whole steps.
-    Returns value (M,), gradient (M, d), Hessian (M, d, d) or None. The loss is
-    log1p(e^{−|z|}) + (1 − y) max(z, 0) + y max(−z, 0), as in :func:`_weighted_logistic_py`.
+    Returns value (M,), gradient (M, d), Hessian (M, d, d) or None; one compiled
+    loop over the samples (:func:`_logistic_clients_py`).
     """
+    if not _LOGISTIC_CLIENTS:
+        _LOGISTIC_CLIENTS.append(njit(cache=True, error_model="numpy")(_logistic_clients_py))
     M, d = theta.shape
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
     value, grad = np.zeros(M), np.zeros((M, d))
-    hess = np.zeros((M, d, d)) if hessian else None
+    hess = np.zeros((M, d, d))
     for X, y, w in blocks():
-        z = np.einsum("nmbd,md->nmb", X, theta)
-        e = np.exp(-np.abs(z))
-        value += np.einsum("nmb->m", w * (np.log1p(e) + (1.0 - y) * np.maximum(z, 0.0) + y * np.maximum(-z, 0.0)))
-        p = np.where(z >= 0, 1.0, e) / (1.0 + e)
-        grad += np.einsum("nmb,nmbd->md", w * (p - y), X)
-        if hessian:
-            Xs = (X * np.sqrt(w * p * (1.0 - p))[..., None]).transpose(1, 0, 2, 3).reshape(M, -1, d)
-            hess += np.matmul(Xs.transpose(0, 2, 1), Xs)
-    return value, grad, hess
+        _LOGISTIC_CLIENTS[0](theta, np.ascontiguousarray(X, dtype=np.float64),
+                             np.ascontiguousarray(y, dtype=np.float64), np.ascontiguousarray(w, dtype=np.float64),
+                             value, grad, hess, hessian)
+    if not hessian:
+        return value, grad, None
+    low = np.tril(hess)
+    return value, grad, low + np.transpose(np.tril(hess, -1), (0, 2, 1))
 
 
 def solve_hindsight_clients(blocks, n_clients: int, dim: int, x0: np.ndarray | None = None, max_passes: int = 200,
@@ -498,7 +535,11 @@ def solve_hindsight_clients(blocks, n_clients: int, dim: int, x0: np.ndarray | N
         trial[active] += alpha[active, None] * step[active]
         ft, gt, Ht = _logistic_pass(trial, blocks)
         slope = np.einsum("md,md->m", g, step)
-        ok = active & (ft <= f + 1e-4 * alpha * slope + 4 * np.finfo(float).eps * np.abs(f))
+        # Armijo; near the minimum, where the predicted decrease is below the rounding of f, a step that
+        # lowers the largest gradient component is taken instead (f alone cannot tell the steps apart there)
+        flat = -alpha * slope <= 64 * np.finfo(float).eps * (np.abs(f) + 1.0)
+        lower = np.max(np.abs(gt), axis=1) < np.max(np.abs(g), axis=1)
+        ok = active & ((ft <= f + 1e-4 * alpha * slope + 4 * np.finfo(float).eps * np.abs(f)) | (flat & lower))
         theta[ok], f[ok], g[ok], H[ok] = trial[ok], ft[ok], gt[ok], Ht[ok]
         alpha[ok] = 1.0
         alpha[active & ~ok] *= 0.5
