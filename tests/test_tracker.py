@@ -274,3 +274,25 @@ def test_tracker_per_client_static_newton_equals_the_one_by_one_solver(monkeypat
     assert fast["client_regret_static_method"] == (
         f"exact: all clients at once by damped Newton (logistic, d ≤ 32) for {settled} clients, L-BFGS one "
         f"client at a time for {7 - settled}")
+
+
+def test_batched_client_newton_passes_near_the_minimum():
+    # 64 clients, 512 samples each, d = 10, started at 0: 8 passes over the data. Near the minimum the
+    # predicted decrease falls below the rounding of f; Armijo on f alone then kept halving the step
+    # (28 passes on this problem) until a gradient happened to fall below 1e-10
+    rng = np.random.default_rng(5)
+    n, M, b, d = 512, 64, 1, 10
+    truth = rng.normal(size=(M, d)) * 0.5
+    X = rng.normal(size=(n, M, b, d))
+    y = (rng.uniform(size=(n, M, b)) < 1 / (1 + np.exp(-np.einsum("nmbd,md->nmb", X, truth)))).astype(float)
+    w = np.ones((n, M, b))
+    calls = [0]
+
+    def blocks():
+        calls[0] += 1
+        yield X, y, w
+    x, value, ok = solve_hindsight_clients(blocks, M, d)
+    assert ok.all() and calls[0] == 8
+    m = 17
+    _, vm = solve_hindsight("logistic", lambda: [(X[:, m, 0], y[:, m, 0], w[:, m, 0])], (d, 1))
+    assert value[m] == pytest.approx(vm, rel=1e-12)
