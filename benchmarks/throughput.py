@@ -5,7 +5,8 @@ One invocation prints, side by side (client-samples per second = steps · M / se
 1. **Configurations** (each measured in its own child process, so its peak
    RSS is its own): logistic M=64 d=100 τ=10 η=0.05 ``baselines: []`` (the
    reference), least squares of the same shape (η=0.005), softmax K=10,
-   logistic M=1024 d=100 and M=16 d=1000. For each:
+   and the scale rows logistic and least squares at M=1024 d=100 and M=16
+   d=1000 (least squares η=0.005 and 0.0005: η·d = 0.5). For each:
 
    * **whole run** — ``run_experiment`` as ``streamfl run`` calls it: the
      regret tracker on (every comparator the stream allows), metrics written,
@@ -29,7 +30,7 @@ One invocation prints, side by side (client-samples per second = steps · M / se
    * **peak RSS** of the child process (``ru_maxrss``).
 
 2. **Many clients**: logistic d=10, FedSEA only, M = 10^3, 10^4, 10^5: whole
-   run and learning loop rate and peak RSS, each in a child process whose
+   run (T = ``--scale-steps``, 100) and learning loop rate, wall and per CPU second, and peak RSS, each in a child process whose
    address space is capped (``--memory-cap-gb``, default 6) so that a run
    that would need more reports ``MemoryError`` instead of exhausting a shared
    machine.
@@ -114,6 +115,8 @@ CONFIGS = [
     ("softmax K=10 M=64 d=100", "softmax", 64, 100, 10, 0.05),
     ("logistic M=1024 d=100", "logistic", 1024, 100, 1, 0.05),
     ("logistic M=16 d=1000", "logistic", 16, 1000, 1, 0.05),
+    ("least squares M=1024 d=100", "least_squares", 1024, 100, 1, 0.005),
+    ("least squares M=16 d=1000", "least_squares", 16, 1000, 1, 0.0005),
 ]
 QUICK_CONFIGS = [
     ("logistic M=64 d=100 (reference)", "logistic", 8, 10, 1, 0.05),
@@ -121,6 +124,8 @@ QUICK_CONFIGS = [
     ("softmax K=10 M=64 d=100", "softmax", 8, 10, 10, 0.05),
     ("logistic M=1024 d=100", "logistic", 32, 10, 1, 0.05),
     ("logistic M=16 d=1000", "logistic", 4, 40, 1, 0.05),
+    ("least squares M=1024 d=100", "least_squares", 32, 10, 1, 0.005),
+    ("least squares M=16 d=1000", "least_squares", 4, 40, 1, 0.0005),
 ]
 
 
@@ -385,6 +390,16 @@ def child_config(spec: dict) -> dict:
     min_s, reps, cap = spec["min_seconds"], spec["repeats"], spec["cap"]
     tmp = Path(tempfile.mkdtemp(prefix="streamfl-bench-"))
     out: dict = {"name": spec["name"]}
+    def memory_run():
+        sec, summary = whole_run(make_config(task, M, d, K, eta, spec["memory_steps"], out_dir=str(tmp)), tmp / "mem")
+        out["memory_run"] = {"steps": spec["memory_steps"], "seconds": sec, "cpu_seconds": LAST_CPU[0],
+                             "client_samples_per_s": spec["memory_steps"] * M / sec,
+                             "client_samples_per_cpu_s": spec["memory_steps"] * M / LAST_CPU[0],
+                             "finalize_note": "wall and CPU include finalize",
+                             "peak_rss_mb_so_far": peak_rss_mb()}
+
+    if spec.get("memory_steps") and spec.get("memory_first"):
+        memory_run()                      # first: its peak RSS is the whole run's alone
     big = make_config(task, M, d, K, eta, min(cap, 100_000), out_dir=str(tmp))
     stream = build_stream(big)
     if spec.get("loop", True):
@@ -399,13 +414,10 @@ def child_config(spec: dict) -> dict:
     if spec.get("parts", False) and "loop" in out:
         out["parts"] = measure_parts(make_config(task, M, d, K, eta, out["whole"]["steps"], out_dir=str(tmp)),
                                      tmp / "parts", out["loop"]["median"], M)
-    if spec.get("memory_steps"):
-        sec, summary = whole_run(make_config(task, M, d, K, eta, spec["memory_steps"], out_dir=str(tmp)), tmp / "mem")
-        out["memory_run"] = {"steps": spec["memory_steps"], "seconds": sec, "cpu_seconds": LAST_CPU[0],
-                             "client_samples_per_s": spec["memory_steps"] * M / sec,
-                             "client_samples_per_cpu_s": spec["memory_steps"] * M / LAST_CPU[0],
-                             "finalize_note": "wall and CPU include finalize"}
+    if spec.get("memory_steps") and not spec.get("memory_first"):
+        memory_run()
     out["peak_rss_mb"] = peak_rss_mb()
+    out["load_avg"] = os.getloadavg()
     shutil.rmtree(tmp, ignore_errors=True)          # the run folders were only for timing
     return out
 
@@ -705,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-seconds", type=float, default=None, help="work per timed figure (default 1; 0.05 quick)")
     p.add_argument("--memory-steps", default=None, help="T values for the memory rows (default 10000,100000)")
     p.add_argument("--clients-scale", default=None, help="M values at d=10 (default 1000,10000,100000)")
-    p.add_argument("--scale-steps", type=int, default=None, help="T of the many-clients runs (default 300)")
+    p.add_argument("--scale-steps", type=int, default=None, help="T of the many-clients runs (default 100)")
     p.add_argument("--memory-cap-gb", type=float, default=6.0, help="address-space cap of the many-clients children")
     p.add_argument("--startup-repeats", type=int, default=None, help="start-up runs (default 5)")
     p.add_argument("--skip", default="", help="comma list of sections to skip: configs,scale,memory,torch,"
@@ -740,7 +752,7 @@ def main(argv: list[str] | None = None) -> int:
     min_s = args.min_seconds if args.min_seconds is not None else (0.05 if quick else 1.0)
     mem_steps = [int(x) for x in (args.memory_steps or ("300,600" if quick else "10000,100000")).split(",") if x]
     scale_M = [int(x) for x in (args.clients_scale or ("20,50" if quick else "1000,10000,100000")).split(",") if x]
-    scale_T = args.scale_steps or (20 if quick else 300)
+    scale_T = args.scale_steps or (20 if quick else 100)
     skip = set(filter(None, args.skip.split(",")))
     cap = 600 if quick else 10 ** 6
     res: dict = {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "quick": quick, "repeats": reps,
@@ -808,17 +820,22 @@ def main(argv: list[str] | None = None) -> int:
         for M in scale_M:
             spec = {"name": f"M={M}", "task": "logistic", "M": M, "d": 10, "K": 1, "eta": 0.05,
                     "min_seconds": min_s, "repeats": 1, "cap": min(cap, 10 ** 5), "whole": False,
-                    "memory_steps": scale_T}
+                    "memory_steps": scale_T, "memory_first": True}
             r = run_child(spec, cap_gb=args.memory_cap_gb)
             res["scale"].append(r)
             if "error" in r:
                 rows.append((f"M={M:,}", "error: " + r["error"], "", f"{r.get('peak_rss_mb', float('nan')):,.0f}"))
                 continue
-            rows.append((f"M={M:,}", f"{r['memory_run']['client_samples_per_s']:,.0f} (T={scale_T}, "
-                                      f"{r['memory_run']['seconds']:.1f} s)",
-                         fmt_rate(r["loop"]), f"{r['peak_rss_mb']:,.0f}"))
-        print(f"\n== many clients: logistic d=10, FedSEA only (address space capped at {args.memory_cap_gb:g} GB) ==")
-        table(rows, ("clients", "whole run", "learning loop", "peak RSS MB"))
+            mr = r["memory_run"]
+            rows.append((f"M={M:,}", f"{mr['client_samples_per_s']:,.0f} ({mr['seconds']:.1f} s)",
+                         f"{mr['client_samples_per_cpu_s']:,.0f} ({mr['cpu_seconds']:.1f} s)",
+                         fmt_rate(r["loop"]), fmt_rate(r["loop"]["cpu"]), f"{mr['peak_rss_mb_so_far']:,.0f}",
+                         f"{r['peak_rss_mb']:,.0f}",
+                         f"{r.get('load_avg', [float('nan')])[0]:.1f}"))
+        print(f"\n== many clients: logistic d=10, FedSEA only, whole run of T={scale_T} (address space capped at "
+              f"{args.memory_cap_gb:g} GB) ==")
+        table(rows, ("clients", "whole run, wall (s)", "whole run per CPU s (CPU s)", "learning loop, wall",
+                     "learning loop per CPU s", "peak RSS MB, whole run", "peak RSS MB, + loop", "load"))
 
     if "memory" not in skip:
         rows = []

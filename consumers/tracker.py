@@ -343,7 +343,8 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
     else:
         tracker = RegretTracker(stream, MAIN, [MAIN], radius=cfg.learner.radius, sink=sink,
                                 spool_dir=str(run_dir / "spool"), reservoir_size=cfg.reservoir_size, seed=cfg.seed,
-                                client_columns=cfg.output.client_columns, **tracker_learner(cfg),
+                                client_columns=cfg.output.client_columns,
+                                client_columns_max=cfg.output.client_columns_max, **tracker_learner(cfg),
                                 **cfg.tracker.model_dump())
         assembler = LossAssembler(M, stream.n_features, K)
     fingerprint = config_fingerprint(cfg, learner=True)

@@ -375,6 +375,8 @@ class OutputConfig(_Model):
     format: Literal["csv", "parquet"] = "csv"
     plots: bool = True
     client_columns: bool = True
+    # per-client columns only up to this many clients (5 columns per client and step; above, summary.json only)
+    client_columns_max: int = Field(1024, ge=0)
 
 
 class TrackerConfig(_Model):

@@ -67,7 +67,8 @@ def test_quick_benchmark_prints_every_row(tmp_path):
     out = proc.stdout
     assert proc.returncode == 0, proc.stderr[-2000:]
     for row in ["== whole run", "logistic M=8 d=10", "least_squares M=8 d=10", "softmax M=8 d=10 K=10",
-                "logistic M=32 d=10", "logistic M=4 d=40", "== where the whole run goes",
+                "logistic M=32 d=10", "logistic M=4 d=40",
+                "least_squares M=32 d=10", "least_squares M=4 d=40", "== where the whole run goes",
                 "== many clients", "M=20", "M=50",
                 "== memory against T", "T=300", "T=600",
                 "torch, all clients batched, autograd (fair row)", "torch, per-client per-sample autograd loop",

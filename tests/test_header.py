@@ -1,5 +1,6 @@
 """The run header: describe_inputs over each kind of source, and its printed lines."""
 
+import numpy as np
 import pandas as pd
 
 from streamfl.config import parse_config
@@ -76,3 +77,36 @@ def test_the_live_view_counts_rows_not_streamed(tmp_path):
     console.print(tables[-1])
     assert "rows not streamed = 1" in console.export_text()
     assert summary["inputs"]["rows"]["dropped_incomplete_batches"] == 1
+
+
+def test_per_client_columns_above_client_columns_max_are_dropped_and_said(tmp_path):
+    # 5 clients, output.client_columns_max 3: no per-client columns in metrics.csv, the header and
+    # summary.json say so, every other column equals the uncapped run's, and the clients' final
+    # cumulative losses go to summary.json (equal to the last row of the uncapped run's columns)
+    import json
+
+    from streamfl.runtime.experiment import run_experiment
+
+    def cfg(limit):
+        return parse_config({"name": f"cap{limit}", "steps": 40, "seed": 2, "baselines": [],
+                             "source": {"kind": "synthetic", "clients": 5, "dim": 3},
+                             "output": {"dir": str(tmp_path), "plots": False, "client_columns_max": limit}})
+    capped = cfg(3)
+    note = ("per-client columns of the metrics file not written: M = 5 clients exceed output.client_columns_max = 3 "
+            "(up to 5 columns per client and step); each client's final cumulative loss, steps and regrets are in "
+            "summary.json (client_cum_loss, client_steps, client_regret)")
+    assert f"note: {note}" in header_lines(describe_inputs(capped, build_stream(capped)))
+    a = run_experiment(capped, tmp_path / "a")
+    b = run_experiment(cfg(5), tmp_path / "b")
+    fa, fb = pd.read_csv(tmp_path / "a" / "metrics.csv"), pd.read_csv(tmp_path / "b" / "metrics.csv")
+    assert not [c for c in fa.columns if c.startswith("client")]
+    assert [c for c in fb.columns if c.startswith("client")][:2] == ["client0_cum_loss", "client0_avg_loss"]
+    pd.testing.assert_frame_equal(fa, fb[fa.columns])
+    saved = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert saved["client_columns"] == {"requested": True, "written": False, "max_clients": 3, "note": note}
+    assert note in saved["inputs"]["notes"]
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["client_columns"]["written"] is True
+    assert a["client_cum_loss"] == b["client_cum_loss"]
+    last = fb[[f"client{m}_cum_loss" for m in range(5)]].iloc[-1].tolist()       # written to 10 digits
+    np.testing.assert_allclose(a["client_cum_loss"], last, rtol=1e-9)
+    assert a["client_regret"] == b["client_regret"]

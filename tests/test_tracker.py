@@ -227,3 +227,72 @@ def test_per_client_expected_and_dynamic_regret_against_closed_forms():
     assert out["regret_expected"] == pytest.approx(F.mean(axis=1).sum() - netcomp, rel=1e-9)
     spread = out["client_regret_spread"]["dynamic"]
     assert spread["min"] <= spread["median"] <= spread["max"]
+
+
+# ----------------------------------------------------------------------------- per-client static, all clients at once
+from streamfl.regret import tracker as tracker_module  # noqa: E402
+from streamfl.regret.comparators import solve_hindsight_clients  # noqa: E402
+
+
+def test_batched_client_newton_equals_one_lbfgs_solve_per_client():
+    # 6 clients, 40 steps, b = 2, d = 3; client 4 absent half the time (weight 0), client 5 separable
+    # (all labels 1 on a half-space: no finite minimiser; both solvers stop where the gradient is below
+    # 1e-10, at a loss within 1e-8 of the infimum 0)
+    rng = np.random.default_rng(11)
+    n, M, b, d = 40, 6, 2, 3
+    X = rng.normal(size=(n, M, b, d))
+    y = (rng.uniform(size=(n, M, b)) < 0.6).astype(float)
+    X[:, 5, :, 0] = np.abs(X[:, 5, :, 0]) + 0.1
+    y[:, 5] = 1.0
+    w = np.full((n, M, b), 1.0 / b)
+    w[::2, 4] = 0.0
+    x, value, ok = solve_hindsight_clients(lambda: iter([(X[:25], y[:25], w[:25]), (X[25:], y[25:], w[25:])]),
+                                           M, d)
+    assert ok.all()
+    for m in range(6):
+        xm, vm = solve_hindsight("logistic", lambda: [(X[:, m].reshape(-1, d), y[:, m].reshape(-1),
+                                                       w[:, m].reshape(-1))], (d, 1))
+        if m == 5:
+            assert 0 < value[m] < 1e-8 and 0 < vm < 1e-8
+            continue
+        assert value[m] == pytest.approx(vm, rel=1e-12)
+        np.testing.assert_allclose(x[m], xm, atol=1e-7)
+
+
+@pytest.mark.parametrize("radius", [None, 0.05])
+def test_tracker_per_client_static_newton_equals_the_one_by_one_solver(monkeypatch, radius):
+    # the same run's per-client exact static regrets, all clients at once (default for d ≤ 32) and one
+    # L-BFGS solve per client (the path for larger d); with a small radius every client falls back
+    stream = lambda: SyntheticStream("logistic", n_clients=7, n_features=3, n_steps=60, batch_size=2,  # noqa: E731
+                                     heterogeneity=0.5, seed=4)
+    _, _, fast = _run_capture(stream(), radius=radius)
+    monkeypatch.setattr(tracker_module, "CLIENT_NEWTON_MAX_DIM", 0)
+    _, _, slow = _run_capture(stream(), radius=radius)
+    np.testing.assert_allclose(fast["client_regret"]["static"], slow["client_regret"]["static"], rtol=1e-10)
+    assert slow["client_regret_static_method"] == "exact: L-BFGS one client at a time"
+    settled = 0 if radius else 7
+    assert fast["client_regret_static_method"] == (
+        f"exact: all clients at once by damped Newton (logistic, d ≤ 32) for {settled} clients, L-BFGS one "
+        f"client at a time for {7 - settled}")
+
+
+def test_batched_client_newton_passes_near_the_minimum():
+    # 64 clients, 512 samples each, d = 10, started at 0: 8 passes over the data. Near the minimum the
+    # predicted decrease falls below the rounding of f; Armijo on f alone then kept halving the step
+    # (28 passes on this problem) until a gradient happened to fall below 1e-10
+    rng = np.random.default_rng(5)
+    n, M, b, d = 512, 64, 1, 10
+    truth = rng.normal(size=(M, d)) * 0.5
+    X = rng.normal(size=(n, M, b, d))
+    y = (rng.uniform(size=(n, M, b)) < 1 / (1 + np.exp(-np.einsum("nmbd,md->nmb", X, truth)))).astype(float)
+    w = np.ones((n, M, b))
+    calls = [0]
+
+    def blocks():
+        calls[0] += 1
+        yield X, y, w
+    x, value, ok = solve_hindsight_clients(blocks, M, d)
+    assert ok.all() and calls[0] == 8
+    m = 17
+    _, vm = solve_hindsight("logistic", lambda: [(X[:, m, 0], y[:, m, 0], w[:, m, 0])], (d, 1))
+    assert value[m] == pytest.approx(vm, rel=1e-12)

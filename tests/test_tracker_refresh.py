@@ -223,3 +223,36 @@ def test_client_blocks_are_the_clients_rows():
         np.testing.assert_array_equal(yc, y[:, m].reshape(-1))
         np.testing.assert_array_equal(wc, np.full(len(yc), 1 / tr.b))
     tr.finalize()
+
+
+@pytest.mark.parametrize("radius", [None, 0.5])
+def test_sparse_client_refreshes_keep_the_network_at_every_refresh_step(radius):
+    # client_extra: the clients are solved only at the multiples of refresh_every and the given steps
+    # (their M·d³ solves), the network at every refresh step as before
+    X, y, c, p = _data()
+    exact, ec = LeastSquaresHindsight(3, 5, radius).update(X, y, c, p)
+    full = LeastSquaresHindsight(3, 5, radius, refresh_every=64, extra=[700])
+    h = LeastSquaresHindsight(3, 5, radius, refresh_every=64, extra=[700], client_extra=[700])
+    fparts = [full.update(X[i:i + 97], y[i:i + 97], c[i:i + 97], p[i:i + 97]) for i in range(0, 700, 97)]
+    parts = [h.update(X[i:i + 97], y[i:i + 97], c[i:i + 97], p[i:i + 97]) for i in range(0, 700, 97)]
+    live = np.concatenate([a for a, _ in parts])
+    lc = np.concatenate([b for _, b in parts])
+    ts = np.arange(1, 701)
+    np.testing.assert_array_equal(live, np.concatenate([a for a, _ in fparts]))   # the network: unchanged
+    at = (ts % 64 == 0) | (ts == 700)
+    np.testing.assert_allclose(lc[at], ec[at], rtol=1e-10)
+    assert np.all(lc[~at] >= ec[~at] - 1e-9)
+    assert np.any(lc[(ts <= 16) & (ts > 1)] > ec[(ts <= 16) & (ts > 1)] + 1e-6)   # warm, not exact, at t ≤ 16
+
+
+def test_sparse_client_refreshes_are_stated_and_leave_the_final_values(monkeypatch):
+    import streamfl.regret.tracker as tracker_module
+    _, f_all, every = _ls_run(300, refresh_every=64)
+    monkeypatch.setattr(tracker_module, "CLIENT_SOLVE_FLOPS", 0)
+    _, f_sparse, sparse = _ls_run(300, refresh_every=64)
+    assert sparse["client_regret"]["static"] == pytest.approx(every["client_regret"]["static"], rel=1e-10)
+    np.testing.assert_array_equal(f_sparse["regret_static"], f_all["regret_static"])
+    assert sparse["regret_static_live_method"].endswith(
+        "; per client exact only every 64 steps and at T (M·d³ = 3.2e+04 > 0e+00 per solve), the last exact "
+        "minimiser's loss in between")
+    assert "per client" not in every["regret_static_live_method"]

@@ -1130,13 +1130,21 @@ class LogisticPopulation(_Population):
         return [self._solve_groups(*snap, radius) for snap in snaps]
 
     def _solve_groups(self, B, groups, top, radius):
+        """Solve the hindsight problem of every row at once from its sums (:class:`HindsightSums`).
+
+        B (rows, d); groups = (row (G,) int, scale (G,), C (G,)) sorted by
+        (row, scale); top (rows,). Each row's distinct scales fill one row of
+        (rows, K) matrices S, C (K = most scales of any row; unused entries
+        S = 1, C = 0), then one bracketed Newton solve vectorised over rows.
+        """
         rows = B.shape[0]
-        K = max(1, max(sum(1 for (r, _) in groups if r == i) for i in range(rows)))
+        g_row, g_scale, g_c = groups
+        counts = np.bincount(g_row, minlength=rows)
+        K = max(1, int(counts.max(initial=0)))
+        first = np.cumsum(counts) - counts
+        pos = np.arange(len(g_row)) - first[g_row]
         S, C = np.ones((rows, K)), np.zeros((rows, K))
-        fill = np.zeros(rows, int)
-        for (r, sv), v in sorted(groups.items()):
-            S[r, fill[r]], C[r, fill[r]] = sv, v
-            fill[r] += 1
+        S[g_row, pos], C[g_row, pos] = g_scale, g_c
         total = C.sum(axis=1)
         if np.any(total <= 0):
             raise ValueError("The total weight Σ c_{t,m} must be > 0.")
@@ -1169,18 +1177,30 @@ class HindsightSums:
 
     def __init__(self, population, per_client: bool = False):
         self.population, self.per_client = population, per_client
-        self.groups: dict = {}         # (row, scale) -> C
+        # the groups (row, scale) -> C as three arrays sorted by (row, scale): no Python loop over rows
+        self.g_row = np.zeros(0, np.int64)
+        self.g_scale = np.zeros(0)
+        self.g_c = np.zeros(0)
         self.B = self.top = None
 
+    @property
+    def groups(self) -> dict:
+        """{(row, scale): C} of the absorbed steps (a view for inspection; O(rows) Python objects)."""
+        return {(int(r), float(sv)): float(v) for r, sv, v in zip(self.g_row, self.g_scale, self.g_c)}
+
     def absorb(self, w, c, s) -> None:
-        """Add a block: w (n, M, d) optima, c (n, M) weights ≥ 0, s (n, M) feature scales."""
+        """Add a block: w (n, M, d) optima, c (n, M) weights ≥ 0, s (n, M) feature scales.
+
+        Cost O(n M d) plus a sort of the (row, scale) groups when the block
+        brings a new one; no Python loop over clients.
+        """
         d = self.population.dim
         M = w.shape[1]
         per_client = self.per_client
         if self.B is None:
             rows = M if per_client else 1
             self.B, self.top = np.zeros((rows, d)), np.zeros(rows)
-        B, top, groups = self.B, self.top, self.groups
+        B, top = self.B, self.top
         nw = _norm(w)
         coef = c * s * s * _kappa(s * nw)
         if per_client:
@@ -1195,17 +1215,29 @@ class HindsightSums:
         s0 = s.flat[0] if s.size else 0.0
         if s.size and s0 == s.min() == s.max():        # one scale in the block: C per row, no sort
             sums = c.sum(axis=0) if per_client else np.array([c.sum()])
-            keys = np.stack([np.arange(len(sums)), np.full(len(sums), s0)])
+            k_row, k_scale = np.arange(len(sums), dtype=np.int64), np.full(len(sums), float(s0))
         else:
             row = np.broadcast_to(np.arange(M) if per_client else np.zeros(M, int), w.shape[:2])
             keys, inv = np.unique(np.stack([row.ravel(), s.ravel()]), axis=1, return_inverse=True)
             sums = np.bincount(inv.ravel(), weights=c.ravel(), minlength=keys.shape[1])
-        for (r, sv), v in zip(keys.T, sums):
-            groups[(int(r), float(sv))] = groups.get((int(r), float(sv)), 0.0) + float(v)
+            k_row, k_scale = keys[0].astype(np.int64), keys[1].astype(np.float64)
+        self._merge(k_row, k_scale, np.asarray(sums, dtype=np.float64))
+
+    def _merge(self, k_row, k_scale, sums) -> None:
+        """C[(row, scale)] += sums for the given groups (sorted by (row, scale)); new groups inserted in order."""
+        if len(k_row) == len(self.g_row) and np.array_equal(k_row, self.g_row) and np.array_equal(k_scale, self.g_scale):
+            self.g_c = self.g_c + sums                  # the same groups as before (the usual case)
+            return
+        rows = np.concatenate([self.g_row, k_row])
+        scales = np.concatenate([self.g_scale, k_scale])
+        keys, inv = np.unique(np.stack([rows.astype(np.float64), scales]), axis=1, return_inverse=True)
+        # bincount adds in index order from 0.0: the old C first, then the block's (as C_old + C_new)
+        self.g_c = np.bincount(inv.ravel(), weights=np.concatenate([self.g_c, sums]), minlength=keys.shape[1])
+        self.g_row, self.g_scale = keys[0].astype(np.int64), keys[1].copy()
 
     def snapshot(self):
         """A copy of the sums, to solve later (:meth:`solve`)."""
-        return self.B.copy(), dict(self.groups), self.top.copy()
+        return self.B.copy(), (self.g_row.copy(), self.g_scale.copy(), self.g_c.copy()), self.top.copy()
 
     def solve(self, radius=None, snapshot=None):
         """(x (rows, d), value (rows,)): the comparator of the absorbed steps (or of a snapshot)."""

@@ -139,6 +139,12 @@ class LeastSquaresHindsight:
     per_client : bool
         Keep each client's statistics (False: the network only; ``update``
         returns None for the clients).
+    client_extra : iterable of int or None
+        None: the clients' values are exact at every refresh step, like the
+        network's. Otherwise the clients are solved exactly (O(M d³)) only at
+        the multiples of ``refresh_every`` and these steps; at the network's
+        other refresh steps only the network is solved (O(d³)) and the
+        clients' values stay warm (upper bounds, as between refreshes).
 
     Examples
     --------
@@ -151,13 +157,16 @@ class LeastSquaresHindsight:
     """
 
     def __init__(self, n_clients: int, n_features: int, radius: float | None = None, refresh_every: int = 1,
-                 extra=(), per_client: bool = True):
+                 extra=(), per_client: bool = True, client_extra=None):
         M, d = n_clients, n_features
         self.M, self.d = M, d
         self.radius = radius
         self.refresh_every = max(1, int(refresh_every))
         self.extra = sorted(int(t) for t in extra)
         self.per_client = per_client
+        # None: the clients are solved at every refresh step; else only at the multiples of refresh_every
+        # and these steps (the network keeps every refresh step)
+        self.client_extra = None if client_extra is None else sorted(int(t) for t in client_extra)
         G = M + 1 if per_client else 1
         self.A = np.zeros((G, d, d))
         self.v = np.zeros((G, d))
@@ -166,6 +175,7 @@ class LeastSquaresHindsight:
         self.x = np.zeros((G, d))           # minimisers at the last refresh
         self.value = np.zeros(G)            # warm comparator values after step self.t
         self.refreshes = 0
+        self.solved_at = None               # the last step after which every row was solved exactly
 
     def _absorb(self, X, y, c, p, cw):
         """Add a segment's statistics. X (n, M, b, d); p = present/b; cw = c/present."""
@@ -241,18 +251,30 @@ class LeastSquaresHindsight:
         if not stops or stops[-1] != n:
             stops = stops + [n]
         refresh = set(refresh_steps(t0, n, self.refresh_every, self.extra))
+        sparse = self.per_client and self.client_extra is not None
+        if sparse:
+            first = (t0 // self.refresh_every + 1) * self.refresh_every
+            client_refresh = {t - t0 for t in range(first, t0 + n + 1, self.refresh_every)}
+            client_refresh |= {t - t0 for t in self.client_extra if t0 < t <= t0 + n}
         for stop in stops:
             sl = slice(start, stop)
-            if stop not in refresh or stop - start > 1:
+            if stop not in refresh or stop - start > 1 or (sparse and stop not in client_refresh):
                 # warm values: the last refresh's minimisers on the new steps
                 fn, fc = self._step_losses(X[sl], y[sl], c[sl], p[sl])
                 net_out[sl] = self.value[0] + np.cumsum(fn)
                 if self.per_client:
                     cl_out[sl] = self.value[1:] + np.cumsum(fc, axis=0)
             self._absorb(X[sl], y[sl], c[sl], p[sl], cw[sl])
-            if stop in refresh:
+            if stop in refresh and sparse and stop not in client_refresh:
+                # the network alone; the clients keep their warm values and last minimisers
+                v0, x0 = quadratic_min(self.A[:1], self.v[:1], self.e[:1], self.radius, return_x=True)
+                self.value = np.concatenate([v0, cl_out[stop - 1]])
+                self.x[0] = x0[0]
+                self.refreshes += 1
+            elif stop in refresh:
                 self.value, self.x = self.solve()
                 self.refreshes += 1
+                self.solved_at = t0 + stop          # every row exact after this step
             else:
                 self.value = np.concatenate([[net_out[stop - 1]], cl_out[stop - 1]]) if self.per_client \
                     else np.array([net_out[stop - 1]])
@@ -395,6 +417,139 @@ def solve_hindsight(task: str, blocks, shape, radius: float | None = None, x0: n
     if not np.isfinite(value):
         raise RuntimeError(f"The hindsight comparator solver failed: {res.message}")
     return x, value
+
+
+CLIENT_NEWTON_MAX_DIM = 32   # batched per-client Newton up to this d (its Hessians cost d² per sample)
+
+
+def _logistic_clients_py(theta, X, y, w, value, grad, hess, with_hess):
+    """Add every client's Σ_i w_i f, gradient and (lower triangle of the) Hessian over one block of steps.
+
+    theta (M, d); X (n, M, b, d); y, w (n, M, b); value (M,), grad (M, d) and
+    hess (M, d, d) are accumulated in place. The loss is log1p(e^{−|z|}) +
+    (1 − y) max(z, 0) + y max(−z, 0), as in :func:`_weighted_logistic_py`;
+    samples of weight 0 are skipped.
+    """
+    n, M, b, d = X.shape
+    for i in range(n):
+        for m in range(M):
+            for j in range(b):
+                wi = w[i, m, j]
+                if wi == 0.0:
+                    continue
+                z = 0.0
+                for k in range(d):
+                    z += X[i, m, j, k] * theta[m, k]
+                e = math.exp(-abs(z))
+                yi = y[i, m, j]
+                value[m] += wi * (math.log1p(e) + (1.0 - yi) * max(z, 0.0) + yi * max(-z, 0.0))
+                p = (1.0 if z >= 0 else e) / (1.0 + e)
+                r = wi * (p - yi)
+                for k in range(d):
+                    grad[m, k] += r * X[i, m, j, k]
+                if with_hess:
+                    h = wi * p * (1.0 - p)
+                    for k in range(d):
+                        hk = h * X[i, m, j, k]
+                        for l in range(k + 1):
+                            hess[m, k, l] += hk * X[i, m, j, l]
+
+
+_LOGISTIC_CLIENTS = []   # compiled on first use (numba's cache), like _WEIGHTED_LOGISTIC
+
+
+def _logistic_pass(theta, blocks, hessian: bool = True):
+    """Σ_i w_i f, its gradient and Hessian for every client at once (one pass over the blocks).
+
+    theta : (M, d); blocks : callable yielding (X (n, M, b, d), y (n, M, b), w (n, M, b)) of whole steps.
+    Returns value (M,), gradient (M, d), Hessian (M, d, d) or None; one compiled
+    loop over the samples (:func:`_logistic_clients_py`).
+    """
+    if not _LOGISTIC_CLIENTS:
+        _LOGISTIC_CLIENTS.append(njit(cache=True, error_model="numpy")(_logistic_clients_py))
+    M, d = theta.shape
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    value, grad = np.zeros(M), np.zeros((M, d))
+    hess = np.zeros((M, d, d))
+    for X, y, w in blocks():
+        _LOGISTIC_CLIENTS[0](theta, np.ascontiguousarray(X, dtype=np.float64),
+                             np.ascontiguousarray(y, dtype=np.float64), np.ascontiguousarray(w, dtype=np.float64),
+                             value, grad, hess, hessian)
+    if not hessian:
+        return value, grad, None
+    low = np.tril(hess)
+    return value, grad, low + np.transpose(np.tril(hess, -1), (0, 2, 1))
+
+
+def solve_hindsight_clients(blocks, n_clients: int, dim: int, x0: np.ndarray | None = None, max_passes: int = 200,
+                            gtol: float = 1e-10):
+    """Each client's exact logistic hindsight comparator, all clients at once (damped Newton, vectorised).
+
+    min_θ Σ_i w_i f(θ, ξ_i) over each client's own recorded samples, for all M
+    clients together: every iteration is one pass over the recorded stream
+    computing all clients' values, gradients and d × d Hessians, one batched
+    linear solve, and a per-client backtracking (Armijo) step; no Python loop
+    over clients. The same problem as :func:`solve_hindsight` per client
+    (whose L-BFGS-B stops at a projected gradient of 1e-10); here a client
+    converges when max |gradient| ≤ ``gtol``.
+
+    Parameters
+    ----------
+    blocks : callable yielding (X (n, M, b, d), y (n, M, b), w (n, M, b))
+        Whole steps of the recorded stream in order; w is each sample's weight (0 when absent).
+    n_clients, dim : int
+        M and d.
+    x0 : ndarray (d,) or (M, d), optional
+        Warm start (default 0).
+    max_passes : int
+        Passes over the blocks at most (Newton steps and halved trial steps).
+
+    Returns
+    -------
+    x : ndarray (M, d)
+    value : ndarray (M,)
+    converged : ndarray (M,) bool
+        False where the gradient did not reach ``gtol`` (e.g. separable
+        samples: no finite minimiser); the caller solves those clients one
+        by one with :func:`solve_hindsight`.
+    """
+    M, d = n_clients, dim
+    theta = np.zeros((M, d)) if x0 is None else np.array(np.broadcast_to(x0, (M, d)), dtype=np.float64)
+    f, g, H = _logistic_pass(theta, blocks)
+    eye = np.eye(d)
+    alpha = np.ones(M)
+    step = np.zeros((M, d))
+
+    def direction(g, H, rows):
+        Hr = H[rows] + eye * (1e-14 * np.maximum(np.trace(H[rows], axis1=1, axis2=2), 1e-300))[:, None, None]
+        return -np.linalg.solve(Hr, g[rows][..., None])[..., 0]
+
+    done = np.max(np.abs(g), axis=1) <= gtol
+    active = ~done
+    if active.any():
+        step[active] = direction(g, H, active)
+    for _ in range(max_passes):
+        if not active.any():
+            break
+        trial = theta.copy()
+        trial[active] += alpha[active, None] * step[active]
+        ft, gt, Ht = _logistic_pass(trial, blocks)
+        slope = np.einsum("md,md->m", g, step)
+        # Armijo; near the minimum, where the predicted decrease is below the rounding of f, a step that
+        # lowers the largest gradient component is taken instead (f alone cannot tell the steps apart there)
+        flat = -alpha * slope <= 64 * np.finfo(float).eps * (np.abs(f) + 1.0)
+        lower = np.max(np.abs(gt), axis=1) < np.max(np.abs(g), axis=1)
+        ok = active & ((ft <= f + 1e-4 * alpha * slope + 4 * np.finfo(float).eps * np.abs(f)) | (flat & lower))
+        theta[ok], f[ok], g[ok], H[ok] = trial[ok], ft[ok], gt[ok], Ht[ok]
+        alpha[ok] = 1.0
+        alpha[active & ~ok] *= 0.5
+        done |= ok & (np.max(np.abs(g), axis=1) <= gtol)
+        stalled = active & ~ok & (alpha < 1e-12)
+        active = active & ~done & ~stalled
+        again = ok & active
+        if again.any():
+            step[again] = direction(g, H, again)
+    return theta, f, done
 
 
 class ReservoirHindsight:

@@ -54,8 +54,12 @@ in the run folder, and deleted by :meth:`finalize`):
 * logistic/softmax static comparator: reservoir refits every ``refit_every``
   steps (1024 by default; L-BFGS over R samples, warm-started), spool writes
   O(M b d) per step; at the end one
-  solver run over the spool per checkpoint and one per client (up to
-  ``client_hindsight_max`` clients), each O(T M b d) per iteration.
+  solver run over the spool per checkpoint, O(T M b d) per iteration, and
+  the per-client comparators (up to ``client_hindsight_max`` clients): for
+  logistic with d ≤ 32 all clients at once by damped Newton, one pass over
+  the spool per step, O(T M b d²)
+  (:func:`~streamfl.regret.comparators.solve_hindsight_clients`), otherwise
+  one solver run per client.
 """
 
 from __future__ import annotations
@@ -69,8 +73,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .fastquad import kappa_unique, softplus_mean
-from .comparators import (LeastSquaresHindsight, ReservoirHindsight, is_refit_step, quadratic_min, refit_points,
-                          solve_hindsight)
+from .comparators import (CLIENT_NEWTON_MAX_DIM, LeastSquaresHindsight, ReservoirHindsight, is_refit_step,
+                          quadratic_min, refit_points, solve_hindsight, solve_hindsight_clients)
 from .heterogeneity import RunningMean, client_losses, empirical_estimates, population_estimates
 from .regime import RegimeTerms, literal_condition
 
@@ -78,6 +82,24 @@ from .regime import RegimeTerms, literal_condition
 NOISE_EVERY, NOISE_CLIENTS = 64, 8   # logistic σ²: every 64th step, on 8 rotating clients (quadrature cost)
 
 _POOLS = None
+
+
+def client_columns_plan(n_clients: int, requested: bool, limit: int) -> tuple[bool, str | None]:
+    """Whether the per-step per-client columns are written, and the note saying why not when they are dropped.
+
+    ``requested`` is ``output.client_columns``; above ``limit`` clients
+    (``output.client_columns_max``) the columns are not written (they grow as
+    5·M per step: 500,000 columns at M = 10^5) and each client's final values
+    go to summary.json only. Returns (write, note or None); the note is the
+    run header's and summary.json's (``client_columns``) wording.
+    """
+    if not requested or n_clients <= limit:
+        return bool(requested), None
+    return False, (f"per-client columns of the metrics file not written: M = {n_clients:,} clients exceed "
+                   f"output.client_columns_max = {limit:,} (up to 5 columns per client and step); each client's "
+                   f"final cumulative loss, steps and regrets are in summary.json (client_cum_loss, "
+                   f"client_steps, client_regret)")
+CLIENT_SOLVE_FLOPS = 1e8    # least squares: per-client exact solves at every refresh step up to M·d³ of this
 CLIENT_GATHER_BYTES = 256 * 2**20   # finalize: a client's recorded features read once per solve up to this size
 
 
@@ -208,7 +230,11 @@ class RegretTracker:
     reservoir_size : int
     seed : int
     client_columns : bool
-        Write the per-client columns.
+        Write the per-client columns (``output.client_columns``).
+    client_columns_max : int
+        ... only up to this many clients (``output.client_columns_max``; see
+        :func:`client_columns_plan`); summary.json's ``client_columns`` says
+        what was written and why.
     step_size : StepSize or None
         The main learner's η_t, for the regime condition (undetermined without it).
     tau : int or None
@@ -217,7 +243,7 @@ class RegretTracker:
 
     def __init__(self, stream, main: str, learners: list[str], radius: float | None = None,
                  sink=None, spool_dir: str | None = None, reservoir_size: int = 4096, seed: int = 0,
-                 client_columns: bool = True, step_size=None, tau: int | None = None,
+                 client_columns: bool = True, step_size=None, tau: int | None = None, client_columns_max: int = 1024,
                  refresh_every: int | None = None, memory_budget_mb: float = 512.0, client_hindsight_max: int = 4096,
                  refit_every: int = 1024):
         self.M, self.d, self.b = stream.n_clients, stream.n_features, stream.batch_size
@@ -225,7 +251,9 @@ class RegretTracker:
         self.population = stream.population
         self.dirac = bool(getattr(self.population, "dirac", False))
         self.main, self.learners, self.radius, self.sink = main, list(learners), radius, sink
-        self.client_columns = client_columns
+        self.client_columns, why = client_columns_plan(self.M, client_columns, client_columns_max)
+        self.client_columns_info = {"requested": bool(client_columns), "written": self.client_columns,
+                                    "max_clients": int(client_columns_max), "note": why}
         self.cum = {name: 0.0 for name in self.learners}
         self.client_cum = np.zeros(self.M)
         self.client_steps = np.zeros(self.M)
@@ -249,8 +277,12 @@ class RegretTracker:
                     f"per-client static regret skipped: the per-client d×d statistics need {need:.0f} MB, "
                     f"more than tracker.memory_budget_mb = {self.memory_budget_mb:g}; the network comparator "
                     f"is exact ({self.d * self.d * 8 / 2**20:.1f} MB)")
+            # the clients' exact solves cost (M + 1)·d³ each: above CLIENT_SOLVE_FLOPS they are made only every
+            # refresh_every steps and at T (the network keeps every refresh step); the live method says so
+            self.client_sparse = per_client and self.refresh_every > 1 and self.M * self.d ** 3 > CLIENT_SOLVE_FLOPS
             self.hindsight = LeastSquaresHindsight(self.M, self.d, radius, refresh_every=self.refresh_every,
-                                                   extra=sorted(self.checkpoints | {T}), per_client=per_client)
+                                                   extra=sorted(self.checkpoints | {T}), per_client=per_client,
+                                                   client_extra=[T] if self.client_sparse else None)
             self.reservoir = None
         else:
             self.hindsight = None
@@ -629,9 +661,13 @@ class RegretTracker:
             k = self.refresh_every
             if k == 1:
                 return "exact at every step (sufficient statistics)"
-            return (f"exact at steps t ≤ 16, powers of two, every {k} steps (tracker.refresh_every), the "
+            text = (f"exact at steps t ≤ 16, powers of two, every {k} steps (tracker.refresh_every), the "
                     f"checkpoints and T; in between the last exact minimiser's loss (an upper bound on the "
                     f"comparator, so a live regret ≤ the exact one)")
+            if getattr(self, "client_sparse", False):
+                text += (f"; per client exact only every {k} steps and at T (M·d³ = {self.M * self.d ** 3:.2g} "
+                         f"> {CLIENT_SOLVE_FLOPS:.0e} per solve), the last exact minimiser's loss in between")
+            return text
         k = self.refit_every
         powers = ", ".join(str(1 << i) for i in range(4, 63) if (1 << i) < k)
         return (f"estimate on a reservoir of samples refitted (L-BFGS, warm-started) at steps "
@@ -756,6 +792,30 @@ class RegretTracker:
                 release(i, j)
         return blocks
 
+    def _step_blocks(self, block_bytes: int = 64 << 20):
+        """A callable yielding the recorded stream as whole steps, all clients: (X (n, M, b, d), y (n, M, b), w (n, M, b)).
+
+        w is each client's own weight, 1/b per sample when the client was
+        present (as for one client's solve, :meth:`_blocks`); about
+        ``block_bytes`` of features per block, each block's pages released after use.
+        """
+        M, b, d = self.M, self.b, self.d
+        (mX, X), (my, y), (mw, w) = (_map(os.path.join(self.spool_dir, name), np.float64)
+                                     for name in ("X.bin", "y.bin", "w.bin"))
+        steps = len(y) // (M * b)
+        per = max(1, block_bytes // max(1, M * b * d * 8))
+
+        def blocks():
+            for s0 in range(0, steps, per):
+                s1 = min(steps, s0 + per)
+                i, j = s0 * M * b, s1 * M * b
+                yield (X[i * d:j * d].reshape(-1, M, b, d), y[i:j].reshape(-1, M, b),
+                       (w[i:j].reshape(-1, M, b) > 0) / b)
+                _release(mX, i * d * 8, j * d * 8)
+                _release(my, i * 8, j * 8)
+                _release(mw, i * 8, j * 8)
+        return blocks
+
     def finalize(self) -> dict:
         """Close the run: exact comparators for non-quadratic losses.
 
@@ -792,8 +852,10 @@ class RegretTracker:
         last = getattr(self, "client_last", {"static": None, "expected": None, "dynamic": None})
         clients = {k: (None if v is None else v.copy()) for k, v in last.items()}
         if self.hindsight is not None:
-            # exact now, whatever the last step was (a no-op in value when it was a refresh step)
-            value, _ = self.hindsight.solve()
+            # exact now, whatever the last step was; the values of that step when it solved every row
+            # (T is a refresh step; the clients' (M + 1)·d³ solve is not repeated)
+            h = self.hindsight
+            value = h.value.copy() if h.solved_at == h.t else h.solve()[0]
             out["comparator_static"] = float(value[0])
             out["regret_static_live_estimate"] = st.regret.get("static")
             out["regret_static"] = float(st.cum_loss[self.main] - value[0])
@@ -817,7 +879,21 @@ class RegretTracker:
             # client over the recorded stream, so only up to tracker.client_hindsight_max clients
             if self.M <= self.client_hindsight_max:
                 cl = np.empty(self.M)
-                for m in range(self.M):
+                todo = range(self.M)
+                if self.task == "logistic" and self.d <= CLIENT_NEWTON_MAX_DIM:
+                    # all clients at once (one pass over the spool per Newton step); clients it does not
+                    # settle (no finite minimiser, or outside the radius) go to the one-by-one solver below
+                    xs, vals, ok = solve_hindsight_clients(self._step_blocks(), self.M, self.d, x0=x)
+                    if self.radius is not None:
+                        ok &= np.linalg.norm(xs, axis=1) <= self.radius
+                    cl[ok] = vals[ok]
+                    todo = np.flatnonzero(~ok).tolist()
+                    out["client_regret_static_method"] = (
+                        f"exact: all clients at once by damped Newton (logistic, d ≤ {CLIENT_NEWTON_MAX_DIM}) for "
+                        f"{self.M - len(todo)} clients, L-BFGS one client at a time for {len(todo)}")
+                else:
+                    out["client_regret_static_method"] = "exact: L-BFGS one client at a time"
+                for m in todo:
                     _, cl[m] = solve_hindsight(self.task, self._blocks(client=m), (self.d, self.K), self.radius, x0=x)
                 clients["static"] = self.client_cum - cl
             else:
@@ -856,6 +932,8 @@ class RegretTracker:
             for k, v in clients.items()}
         out["heterogeneity"] = self.heterogeneity_summary()
         out["tracker_notes"] = list(self.notes)
+        out["client_columns"] = dict(self.client_columns_info)
+        out["client_cum_loss"] = self.client_cum.tolist()
         out["samples"] = st.samples
         out["client_steps"] = self.client_steps.astype(int).tolist()
         out["client_last_step"] = self.client_last_step.tolist()

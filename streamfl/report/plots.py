@@ -853,7 +853,9 @@ def _client_losses_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     title = f"{_run_name(summary)}: running average loss per client"
     sub = _clients_text(M)
     if not clients:
-        sub += "; per-client columns not recorded (output.client_columns: false), network only"
+        capped = (summary.get("client_columns") or {}).get("note") is not None
+        sub += ("; per-client columns not recorded (M > output.client_columns_max), network only" if capped else
+                "; per-client columns not recorded (output.client_columns: false), network only")
     elif len(with_rows) > len(shown):
         sub += f"; only the first {len(shown)} clients with rows are drawn"
     if empty:
@@ -1255,7 +1257,9 @@ def _client_regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         # without per-step columns the panel holds points at T only: say why the rest of it is empty
         output = _config(summary).get("output")
         off = isinstance(output, dict) and output.get("client_columns") is False
-        why = "output.client_columns: false" if off else "solved at the end of the run"
+        capped = (summary.get("client_columns") or {}).get("note") is not None
+        why = ("output.client_columns: false" if off else
+               "M > output.client_columns_max" if capped else "solved at the end of the run")
         # wrapped to the 4-inch panel: side by side, unwrapped titles ran into each other
         ax.set_title(kind if curves else _wrap(f"{kind}: per client at T only ({why})", 40), fontsize=10)
         ax.set_xlabel("step t")

@@ -218,7 +218,8 @@ def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> 
     sink = MetricsSink(run_dir, cfg.output.format)
     tracker = RegretTracker(stream, MAIN, list(learners), radius=cfg.learner.radius, sink=sink,
                             spool_dir=str(run_dir / "spool"), reservoir_size=cfg.reservoir_size, seed=cfg.seed,
-                            client_columns=cfg.output.client_columns, **tracker_learner(cfg),
+                            client_columns=cfg.output.client_columns,
+                            client_columns_max=cfg.output.client_columns_max, **tracker_learner(cfg),
                             **cfg.tracker.model_dump())
     chunk = effective_chunk_size(cfg.chunk_size, stream)
     if chunk < cfg.chunk_size:

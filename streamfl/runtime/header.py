@@ -80,6 +80,11 @@ def describe_inputs(cfg, stream) -> dict:
         if p * comp.bits // 32 == 0:      # TopK keeps max(1, ⌊P·b/32⌋) (streamfl.compression.topk)
             notes.append(f"learner.compression top-k: ⌊P·b/32⌋ = ⌊{p}·{comp.bits}/32⌋ = 0 for a model of "
                          f"P = {p} weights; each upload keeps k = 1")
+    if getattr(stream, "kind", None) != "interactions":
+        from ..regret.tracker import client_columns_plan
+        why = client_columns_plan(int(stream.n_clients), cfg.output.client_columns, cfg.output.client_columns_max)[1]
+        if why:
+            notes.append(why)
     rows = None
     if hasattr(stream, "n_rows_"):
         dropped, beyond = int(stream.n_dropped_), int(stream.n_truncated_)
