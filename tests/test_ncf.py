@@ -250,6 +250,8 @@ def test_reproduce_fedncf_command_writes_results_and_plots(tmp_path, monkeypatch
               "federated GMF (SimpleAvg)"}
     assert set(result["summary"]) == labels and all(v["n"] == 2 for v in result["summary"].values())
     assert set(result["checkpoints"]["federated GMF (MF-FedAvg)"]["at_round"]) == {"2"}
+    assert result["summary"]["ItemPop"]["best_round"] == [1, 1] and "cpu_seconds" in result["summary"]["ItemPop"]
+    assert "global rounds at which MF-FedAvg > FedAvg > SimpleAvg (mean HR@10)" in result["checks"]
     assert "ItemPop below every learned model (HR@10)" in result["checks"]
     assert result["data"]["users_with_tied_latest_timestamp"] == 1
     for png in ("hr_gmf.png", "final.png"):
@@ -263,3 +265,72 @@ def test_reproduce_fedncf_command_writes_results_and_plots(tmp_path, monkeypatch
                              timeout=120, cwd=tmp_path)
     assert missing.returncode == 2 and "MovieLens 100K file not found" in missing.stderr
     assert "Traceback" not in missing.stderr and not (tmp_path / "rep2").exists()
+
+
+@pytest.mark.parametrize("rule", ["mf_fedavg", "fedavg", "simple_avg"])
+def test_a_round_aggregates_as_the_paper_defines_each_rule_on_full_tables(tmp_path, monkeypatch, rule):
+    """FedNCF §3.2 and §5.3, on the tables as the clients would send them whole.
+
+    Every client returns its full item table (rows it never trained stay at the
+    global value, as P2's item in the paper's two-client example); SimpleAvg is
+    the plain mean of those K tables and of the K network weights, FedAvg
+    (eq. 1) their mean weighted by each client's interactions n_k, MF-FedAvg
+    the mean of an item's row over the clients that trained it (the global row
+    if none did) with h and b by FedAvg. The sparse implementation must give
+    the same tables.
+    """
+    import streamfl.runtime.fedncf as rt
+
+    d = load_ml100k(tiny_file(tmp_path, n_users=8, n_items=200, per_user=10), n_test_negatives=10)
+    fed = FederatedNCF(d, NCFSettings(dim=3, batch_size=4, clients_per_round=4, negatives=1), rule=rule, seed=0,
+                       trainer="compiled")
+    seen = {}
+    monkeypatch.setattr(rt, "round_samples", lambda *a: seen.setdefault("rs", round_samples(*a)))
+    monkeypatch.setattr(rt, "train_gmf_compiled", lambda p, *a, **k: seen.setdefault("new", train_gmf_compiled(p, *a, **k)))
+    before = {k: v.detach().double().numpy().copy() for k, v in fed.model.named_parameters()}
+    users = np.array([6, 1, 3, 4])
+    fed.run_round(users)
+    rs, (new, _) = seen["rs"], seen["new"]
+    sub = submodels(rs.owner, rs.items, len(users), d.n_items)
+    full = np.repeat(before["item.weight"][None], len(users), axis=0)       # (K, items, D): each client's table
+    full[sub.client, sub.ids] = new["item.weight"].double().numpy()[sub.client, sub.slot]
+    touched = np.zeros((len(users), d.n_items), bool)
+    touched[sub.client, sub.ids] = True
+    interactions = np.diff(d.train_ptr)[users].astype(float)                 # n_k: the client's training positives
+    h = new["out.weight"].double().numpy()[:, 0, :]
+    if rule == "simple_avg":
+        items, h_bar = full.mean(axis=0), h.mean(axis=0)
+    else:
+        p = interactions / interactions.sum()
+        h_bar = p @ h
+        if rule == "fedavg":
+            items = np.tensordot(p, full, axes=1)
+        else:
+            n_m = touched.sum(axis=0)
+            items = np.where(n_m[:, None] > 0, (full * touched[..., None]).sum(axis=0) / np.maximum(n_m, 1)[:, None],
+                             before["item.weight"])
+    assert touched.any(axis=0).sum() < d.n_items and (touched.sum(axis=0) >= 2).any()   # the rules do differ here
+    np.testing.assert_allclose(fed.model.item.weight.detach().double().numpy(), items, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(fed.model.out.weight.detach().double().numpy()[0], h_bar, rtol=0, atol=1e-7)
+
+
+def test_reproduction_summary_reports_last_and_best_and_the_ordered_rounds():
+    from streamfl.reproduce.fedncf import check_orderings, ordered_rounds, summarise
+
+    def run(rule, seed, hr):
+        return {"kind": "federated", "model": "gmf", "rule": rule, "seed": seed, "seconds": 1.0, "cpu_seconds": 0.5,
+                "history": [{"global_round": i + 1, "hr": h, "ndcg": h / 2} for i, h in enumerate(hr)]}
+    runs = [run("mf_fedavg", 0, [0.1, 0.5, 0.6, 0.5, 0.7, 0.6]), run("mf_fedavg", 1, [0.1, 0.5, 0.6, 0.5, 0.7, 0.6]),
+            run("fedavg", 0, [0.2, 0.4, 0.5, 0.6, 0.6, 0.6]), run("fedavg", 1, [0.2, 0.4, 0.5, 0.6, 0.6, 0.6]),
+            run("simple_avg", 0, [0.3, 0.3, 0.4, 0.4, 0.5, 0.55]), run("simple_avg", 1, [0.3, 0.3, 0.4, 0.4, 0.5, 0.45])]
+    assert ordered_rounds(runs) == "2-3, 5"
+    assert ordered_rounds(runs[:4]) == "none"
+    s = summarise(runs)
+    mf, sa = s["federated GMF (MF-FedAvg)"], s["federated GMF (SimpleAvg)"]
+    assert (mf["hr"], mf["hr_best"], mf["ndcg_at_best"], mf["best_round"]) == (0.6, 0.7, 0.35, [5, 5])
+    assert [sa["hr"], sa["hr_std"], sa["hr_best"]] == pytest.approx([0.5, 0.05, 0.525], abs=1e-15)
+    assert sa["best_round"] == [6, 5] and s["federated GMF (FedAvg)"]["best_round"] == [4, 4]     # first maximum
+    assert mf["cpu_seconds"] == 0.5 and mf["n"] == 2
+    checks = check_orderings(s)
+    assert checks["MF-FedAvg > FedAvg > SimpleAvg (GMF HR@10)"] is False                      # 0.6 = 0.6 at the end
+    assert checks["MF-FedAvg > FedAvg > SimpleAvg (GMF best HR@10 over training)"] is True    # 0.7 > 0.6 > 0.525
