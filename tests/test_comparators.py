@@ -1,7 +1,8 @@
 import numpy as np
 from scipy.optimize import minimize
 
-from streamfl.regret.comparators import LeastSquaresHindsight, quadratic_min, solve_hindsight
+from streamfl.regret.comparators import (LeastSquaresHindsight, quadratic_min, quadratic_min_cholesky,
+                                        quadratic_min_rows, solve_hindsight)
 
 
 def test_least_squares_hindsight_equals_numpy_lstsq_at_every_step():
@@ -40,6 +41,29 @@ def test_quadratic_min_with_ball_matches_a_constrained_solver():
     # inside the ball: the unconstrained value ½e − ½ vᵀA⁻¹v
     np.testing.assert_allclose(quadratic_min(A[None], v[None], np.array([e]))[0],
                                0.5 * e - 0.5 * v @ np.linalg.solve(A, v), rtol=1e-10)
+
+
+def test_rows_and_cholesky_solves_equal_the_eigendecomposition():
+    # the cheaper exact solves give quadratic_min's minimum and minimum-norm minimiser: few rows (n < d,
+    # rank-deficient), an all-zero matrix, full rank, a singular full-size matrix, with and without the ball
+    rng = np.random.default_rng(1)
+    d = 12
+    for n, solver in ((5, "rows"), (11, "rows"), (40, "cholesky")):
+        for radius in (None, 0.3, 100.0):
+            B = rng.standard_normal((4, n, d))
+            z = rng.standard_normal((4, n))
+            B[2], z[2] = 0.0, 0.0                          # a client with no weight yet
+            if solver == "cholesky":
+                B[3, :, 5] = 0.0                           # singular: falls back to the eigendecomposition
+            A = B.transpose(0, 2, 1) @ B
+            v = np.einsum("gnd,gn->gd", B, z)
+            e = np.sum(z * z, axis=1) + 0.1
+            want, x_want = quadratic_min(A, v, e, radius, return_x=True)
+            got, x_got = (quadratic_min_rows(B, z, e, radius) if solver == "rows"
+                          else quadratic_min_cholesky(A, v, e, radius))
+            np.testing.assert_allclose(got, want, rtol=1e-11)
+            np.testing.assert_allclose(x_got, x_want, rtol=1e-10, atol=1e-12)
+            assert np.all(x_got[2] == 0.0)
 
 
 def test_solve_hindsight_logistic_is_stationary():

@@ -26,6 +26,39 @@ from numba import njit, types
 from ..models.losses import get_loss
 
 
+def _spectral_min(lam, vt, e, radius):
+    """The minimum of ½ xᵀAx − vᵀx + ½e over ‖x‖ ≤ radius in A's eigenbasis.
+
+    lam : (..., k) eigenvalues of A (those of its range; zero or tiny ones are
+    dropped below 1e-10 λ_max); vt : (..., k) the coordinates of v on the
+    eigenvectors; e : (...). Returns (value (...), xt (..., k)): the minimum
+    and the minimiser's coordinates (the minimum-norm one; on the ball's
+    boundary the multiplier ν of ‖(A + νI)⁻¹v‖ = D by bisection).
+    """
+    tol = 1e-10 * np.maximum(lam[..., -1:], 1e-300)
+    keep = lam > tol
+    safe = np.where(keep, lam, 1.0)
+    xt = np.where(keep, vt / safe, 0.0)
+    value = 0.5 * e - 0.5 * np.sum(xt * vt, axis=-1)
+    if radius is not None:
+        outside = np.sum(xt**2, axis=-1) > radius**2
+        if np.any(outside):
+            lo_, vt_, keep_ = lam[outside], vt[outside], keep[outside]
+            lo = np.zeros(lo_.shape[0])
+            hi = np.sqrt(np.sum(vt_**2, axis=-1)) / radius + 1.0
+            for _ in range(200):
+                nu = 0.5 * (lo + hi)
+                xn = np.where(keep_, vt_ / (lo_ + nu[:, None]), 0.0)
+                big = np.sum(xn**2, axis=-1) > radius**2
+                lo, hi = np.where(big, nu, lo), np.where(big, hi, nu)
+            xn = np.where(keep_, vt_ / (lo_ + hi[:, None]), 0.0)
+            value = value.copy()
+            value[outside] = 0.5 * np.sum(lo_ * xn**2, axis=-1) - np.sum(vt_ * xn, axis=-1) + 0.5 * e[outside]
+            xt = xt.copy()
+            xt[outside] = xn
+    return value, xt
+
+
 def quadratic_min(A: np.ndarray, v: np.ndarray, e: np.ndarray, radius: float | None = None,
                   return_x: bool = False):
     """min_{‖x‖ ≤ radius} ½ xᵀAx − vᵀx + ½ e, batched.
@@ -48,34 +81,82 @@ def quadratic_min(A: np.ndarray, v: np.ndarray, e: np.ndarray, radius: float | N
     x : ndarray (..., d), only with ``return_x``
         A minimiser (the minimum-norm one where A is singular).
 
-    Cost: one symmetric eigendecomposition per matrix, O(d³) each.
+    Cost: one symmetric eigendecomposition per matrix, O(d³) each. For a
+    stack of well-conditioned matrices :func:`quadratic_min_cholesky` gives
+    the same minimum about 7× cheaper; for A = BᵀB of a few rows,
+    :func:`quadratic_min_rows`.
     """
     lam, Q = np.linalg.eigh(A)
     vt = np.einsum("...dk,...d->...k", Q, v)
-    tol = 1e-10 * np.maximum(lam[..., -1:], 1e-300)
-    keep = lam > tol
-    safe = np.where(keep, lam, 1.0)
-    xt = np.where(keep, vt / safe, 0.0)
-    value = 0.5 * e - 0.5 * np.sum(xt * vt, axis=-1)
-    if radius is not None:
-        outside = np.sum(xt**2, axis=-1) > radius**2
-        if np.any(outside):
-            lo_, vt_, keep_ = lam[outside], vt[outside], keep[outside]
-            lo = np.zeros(lo_.shape[0])
-            hi = np.sqrt(np.sum(vt_**2, axis=-1)) / radius + 1.0
-            for _ in range(200):
-                nu = 0.5 * (lo + hi)
-                xn = np.where(keep_, vt_ / (lo_ + nu[:, None]), 0.0)
-                big = np.sum(xn**2, axis=-1) > radius**2
-                lo, hi = np.where(big, nu, lo), np.where(big, hi, nu)
-            xn = np.where(keep_, vt_ / (lo_ + hi[:, None]), 0.0)
-            value = value.copy()
-            value[outside] = 0.5 * np.sum(lo_ * xn**2, axis=-1) - np.sum(vt_ * xn, axis=-1) + 0.5 * e[outside]
-            xt = xt.copy()
-            xt[outside] = xn
+    value, xt = _spectral_min(lam, vt, e, radius)
     if not return_x:
         return value
     return value, np.einsum("...dk,...k->...d", Q, xt)
+
+
+def quadratic_min_cholesky(A: np.ndarray, v: np.ndarray, e: np.ndarray, radius: float | None = None):
+    """:func:`quadratic_min` (with the minimiser) for a stack of matrices, by Cholesky where that is exact.
+
+    A : (G, d, d) symmetric positive semi-definite; v : (G, d); e : (G,).
+    Returns (value (G,), x (G, d)).
+
+    For each matrix, A = LLᵀ (LAPACK ``potrf``) and L⁻¹ (``trtri``) give
+    x = A⁻¹v and the minimum ½e − ½‖L⁻¹v‖². That is :func:`quadratic_min`'s
+    answer (which keeps the eigenvalues above 10⁻¹⁰ λ_max) whenever every
+    eigenvalue is kept, and that is certain when
+    1/‖L⁻¹‖_F² (≤ λ_min, since ‖A⁻¹‖₂ ≤ trace A⁻¹ = ‖L⁻¹‖_F²) exceeds
+    10⁻¹⁰ trace A (≥ λ_max). Matrices failing the test (singular or badly
+    conditioned), or whose x lies outside the ball ‖x‖ ≤ radius, are solved
+    by :func:`quadratic_min` (eigendecomposition). Cost: d³/3 + d³/3 flops
+    per matrix against ~9d³ for the eigendecomposition.
+    """
+    from scipy.linalg import lapack
+    G, d = v.shape
+    value, x = np.empty(G), np.zeros((G, d))
+    rest = []
+    for g in range(G):
+        L, info = lapack.dpotrf(A[g], lower=1, clean=1)
+        if info == 0:
+            Li, info = lapack.dtrtri(L, lower=1)
+        if info != 0 or 1.0 / max(np.sum(Li * Li), 1e-300) <= 1e-10 * np.trace(A[g]):
+            rest.append(g)
+            continue
+        w = Li @ v[g]
+        value[g] = 0.5 * e[g] - 0.5 * float(w @ w)
+        x[g] = Li.T @ w
+    if radius is not None:
+        out = np.sum(x * x, axis=1) > radius**2
+        out[rest] = False                      # those rows of x are not computed
+        rest = sorted(rest + np.flatnonzero(out).tolist())
+    if rest:
+        r = np.asarray(rest)
+        value[r], x[r] = quadratic_min(A[r], v[r], e[r], radius, return_x=True)
+    return value, x
+
+
+def quadratic_min_rows(B: np.ndarray, z: np.ndarray, e: np.ndarray, radius: float | None = None):
+    """:func:`quadratic_min` for A = BᵀB, v = Bᵀz given the n rows of B, n < d: through the n × n Gram.
+
+    B : (G, n, d) (weighted sample rows: √w_i a_i); z : (G, n) (√w_i y_i);
+    e : (G,). Returns (value (G,), x (G, d)), the minimum of
+    ½ xᵀAx − vᵀx + ½e over ‖x‖ ≤ radius and the minimum-norm minimiser.
+
+    A's nonzero eigenvalues are those of K = BBᵀ = UΛUᵀ, with eigenvectors
+    q_k = Bᵀu_k/√λ_k and coordinates of v on them √λ_k (u_kᵀz); the solution
+    is then that of :func:`quadratic_min` in this basis (same 10⁻¹⁰ λ_max
+    cut, same bisection on the ball), and x = BᵀU(x̃/√λ). Cost O(n²d + n³)
+    per matrix against O(d³): the least-squares comparators of the first
+    steps, when a client has seen fewer than d samples.
+    """
+    K = np.matmul(B, B.transpose(0, 2, 1))
+    lam, U = np.linalg.eigh(K)
+    lam = np.maximum(lam, 0.0)
+    root = np.sqrt(lam)
+    vt = root * np.einsum("gnk,gn->gk", U, z)
+    value, xt = _spectral_min(lam, vt, e, radius)
+    coef = np.divide(xt, root, out=np.zeros_like(xt), where=xt != 0)
+    x = np.einsum("gnd,gn->gd", B, np.einsum("gnk,gk->gn", U, coef))
+    return value, x
 
 
 def refresh_steps(t0: int, n: int, every: int, extra=()) -> list[int]:
@@ -164,6 +245,10 @@ class LeastSquaresHindsight:
         self.e = np.zeros(G)
         self.t = 0
         self.x = np.zeros((G, d))           # minimisers at the last refresh
+        # each client's weighted rows (√p a, √p y) while it has fewer than d of them: the exact solves of
+        # the first steps then go through the n × n Gram (:func:`quadratic_min_rows`), not d × d
+        self.rows = [] if per_client else None
+        self.n_rows = 0
         self.value = np.zeros(G)            # warm comparator values after step self.t
         self.refreshes = 0
 
@@ -185,6 +270,14 @@ class LeastSquaresHindsight:
             self.A[1:] += Ac
             self.v[1:] += vc
             self.e[1:] += ec
+            if self.rows is not None:
+                self.n_rows += n * b
+                if self.n_rows < d:
+                    sw = np.sqrt(w)
+                    self.rows.append((Xm * sw[..., None],
+                                      sw * np.ascontiguousarray(y.transpose(1, 0, 2)).reshape(M, n * b)))
+                else:
+                    self.rows = None            # from now on A has full size: Cholesky
         else:
             self._absorb_network(X, y, c)
 
@@ -207,13 +300,25 @@ class LeastSquaresHindsight:
         return net, clients
 
     def solve(self):
-        """Exact values now (G,) and the minimisers; batched so that temporaries stay within A's size."""
+        """Exact values now (G,) and the minimisers.
+
+        The network's and, once they have d rows or more, the clients' by
+        Cholesky where that is exact (:func:`quadratic_min_cholesky`, an
+        eigendecomposition otherwise); clients with fewer than d rows through
+        their n × n Gram (:func:`quadratic_min_rows`). Both give
+        :func:`quadratic_min`'s minimum and minimum-norm minimiser.
+        """
         G, d = self.A.shape[:2]
         per = max(1, min(G, (1 << 24) // max(1, d * d)))
         value, x = np.empty(G), np.empty((G, d))
+        if self.rows:
+            B = np.concatenate([r[0] for r in self.rows], axis=1)
+            z = np.concatenate([r[1] for r in self.rows], axis=1)
+            value[1:], x[1:] = quadratic_min_rows(B, z, self.e[1:], self.radius)
+            G = 1
         for i in range(0, G, per):
-            value[i:i + per], x[i:i + per] = quadratic_min(self.A[i:i + per], self.v[i:i + per],
-                                                           self.e[i:i + per], self.radius, return_x=True)
+            j = min(G, i + per)
+            value[i:j], x[i:j] = quadratic_min_cholesky(self.A[i:j], self.v[i:j], self.e[i:j], self.radius)
         return value, x
 
     def update(self, X, y, c, present, t0: int | None = None):
