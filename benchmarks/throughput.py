@@ -284,8 +284,10 @@ COMPARATOR_GROUPS = {
 }
 
 
-def instrument_tracker():
+def instrument_tracker(clock=time.perf_counter):
     """Wrap every plain Python function/method of the regret package with an exclusive timer.
+
+    ``clock``: wall time by default; ``time.process_time`` for CPU seconds.
 
     Returns (totals dict name -> [exclusive seconds, calls], undo callable).
     Functions are replaced wherever a module binds them (``from x import f``
@@ -309,7 +311,6 @@ def instrument_tracker():
     totals: dict = {}
     stack: list = []
     names: list = []
-    clock = time.perf_counter
     groups = totals.setdefault("__groups__", {})
 
     def group_of() -> str:

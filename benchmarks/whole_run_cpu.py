@@ -13,12 +13,18 @@ source tree and then the current one, each in its own child process. It
 prints per process
 
 * ``whole``: CPU seconds (``time.process_time``) of ``run_experiment``;
+* ``system``, ``page faults``: the part of ``whole`` spent in the kernel, and
+  the minor page faults of the run (``getrusage``);
 * ``finalize``: the CPU seconds of that run spent in ``RegretTracker.finalize``;
 * the final values of summary.json that the change must keep (static regret,
   its checkpoints, expected regret, the per-client regrets), and at the end
   the largest relative difference between old and current of each.
 
-Without ``--old`` only the current tree is run.
+Without ``--old`` only the current tree is run. ``--parts`` prints, for the
+run, the CPU seconds by comparator (the throughput
+benchmark's grouping of the regret package's functions, exclusive time, with
+``time.process_time``); the rest of the run ("outside the tracker") is the
+stream generation, the learning loop and the engine.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from streamfl.regret import tracker as trk
 from streamfl.runtime.experiment import run_experiment
 task, steps = sys.argv[1], int(sys.argv[2])
 tracker_opts = json.loads(sys.argv[3])
+parts = len(sys.argv) > 4 and sys.argv[4] == "parts"
 M, d, K, eta = 64, 100, 10, {"logistic": 0.05, "least_squares": 0.005, "softmax": 0.05}[task]
 source = {"kind": "synthetic", "task": task, "clients": M, "dim": d, "heterogeneity": 0.0, "drift": []}
 if task == "softmax":
@@ -62,14 +69,28 @@ trk.RegretTracker.finalize = timed
 run_experiment(ExperimentConfig.model_validate({**raw, "steps": 4}), Path(tempfile.mkdtemp()) / "w", plots=False)
 fin[0] = 0.0
 cfg = ExperimentConfig.model_validate(raw)
+if parts:
+    sys.path.insert(0, sys.argv[5])
+    from throughput import instrument_tracker
+    totals, restore = instrument_tracker(time.process_time)
+import resource
+r0 = resource.getrusage(resource.RUSAGE_SELF)
 c = time.process_time()
 s = run_experiment(cfg, Path(tempfile.mkdtemp()) / "r", plots=False)
 whole = time.process_time() - c
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+sys_s, faults = r1.ru_stime - r0.ru_stime, r1.ru_minflt - r0.ru_minflt
+groups = {}
+if parts:
+    restore()
+    groups = dict(totals.pop("__groups__"))
+    groups["outside the tracker (stream generation, learning, engine, files)"] = whole - sum(groups.values())
 vals = {"regret_static": s["regret_static"], "regret_expected": s.get("regret_expected"),
         "static_checkpoints": [v for _, v in s["static_checkpoints"]],
         "client_static": (s["client_regret"] or {}).get("static"),
         "client_expected": (s["client_regret"] or {}).get("expected")}
-print(json.dumps({"from": streamfl.__file__, "whole": whole, "finalize": fin[0], "values": vals}))
+print(json.dumps({"from": streamfl.__file__, "whole": whole, "finalize": fin[0], "values": vals, "groups": groups,
+                  "system": sys_s, "faults": faults}))
 '''
 
 
@@ -93,6 +114,7 @@ def main() -> None:
     ap.add_argument("--task", default="logistic", choices=["logistic", "least_squares", "softmax"])
     ap.add_argument("--steps", type=int, default=8000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--parts", action="store_true", help="CPU seconds by comparator")
     ap.add_argument("--tracker", default="{}", help="JSON of tracker options, e.g. '{\"refresh_every\": 256}'")
     a = ap.parse_args()
     labels = (("old", a.old), ("current", None)) if a.old else (("current", None),)
@@ -102,14 +124,18 @@ def main() -> None:
             env = dict(os.environ)
             if path:
                 env["PYTHONPATH"] = path
-            out = subprocess.run([sys.executable, "-P", "-c", CHILD, a.task, str(a.steps), a.tracker], env=env,
-                                 capture_output=True, text=True)
+            extra = ["parts", os.path.dirname(os.path.abspath(__file__))] if a.parts else []
+            out = subprocess.run([sys.executable, "-P", "-c", CHILD, a.task, str(a.steps), a.tracker] + extra,
+                                 env=env, capture_output=True, text=True)
             if out.returncode:
                 sys.exit(out.stderr)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             res[label].append(r)
-            print(f"{label:8s} whole {r['whole']:.3f} s CPU  finalize {r['finalize']:.3f} s CPU  "
+            print(f"{label:8s} whole {r['whole']:.3f} s CPU (system {r['system']:.3f}, {r['faults']:,} page faults)  "
+                  f"finalize {r['finalize']:.3f} s CPU  "
                   f"regret_static {r['values']['regret_static']!r}  ({r['from']})", flush=True)
+            for g, sec in sorted(r["groups"].items(), key=lambda kv: -kv[1]):
+                print(f"    {sec:7.3f} s CPU  {100 * sec / r['whole']:4.1f} %  {g}")
     for label, rs in res.items():
         print(f"{label:8s} median whole {statistics.median(r['whole'] for r in rs):.3f} s CPU, "
               f"finalize {statistics.median(r['finalize'] for r in rs):.3f} s CPU")

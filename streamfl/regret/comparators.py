@@ -550,7 +550,7 @@ class ReservoirHindsight:
         cum_l = self.total_loss + np.cumsum(np.einsum("nm,nm->n", c, learner_loss))
         self.total_weight, self.total_loss = cum_w[-1], cum_l[-1]
         estimate = cum_l - cum_w * self.mean_gap
-        keep = w > 0
+        keep = np.flatnonzero(w > 0)
         keys = self.rng.random(w.shape)[keep] ** (1.0 / w[keep])
         allk = np.concatenate([self.keys, keys])
         if len(allk) > self.size:           # the R largest keys in O(N), then sorted (same order as a full sort)
@@ -558,9 +558,17 @@ class ReservoirHindsight:
             top = top[np.argsort(-allk[top], kind="stable")]
         else:
             top = np.argsort(-allk, kind="stable")
-        self.X = np.concatenate([self.X, X.reshape(-1, d)[keep]])[top]
-        self.y = np.concatenate([self.y, y.reshape(-1)[keep]])[top]
-        self.lo = np.concatenate([self.lo, lo[keep]])[top]
+        # only the R kept rows are gathered (not the whole chunk copied first): top < R0 are old
+        # reservoir rows, the others the chunk's rows keep[top − R0]
+        old, R0 = top < len(self.keys), len(self.keys)
+        new = keep[top[~old] - R0]
+        Xn = np.empty((len(top), d))
+        Xn[old], Xn[~old] = self.X[top[old]], X.reshape(-1, d)[new]
+        yn = np.empty(len(top))
+        yn[old], yn[~old] = self.y[top[old]], y.reshape(-1)[new]
+        lon = np.empty(len(top))
+        lon[old], lon[~old] = self.lo[top[old]], lo[new]
+        self.X, self.y, self.lo = Xn, yn, lon
         self.keys = allk[top]
         if refit and len(self.y):
             uw = np.full(len(self.y), 1.0 / len(self.y))

@@ -599,11 +599,12 @@ class RegretTracker:
         return out, client_dynamic, part
 
     def _spool(self, chunk, c, ts):
+        # the arrays' own buffers are written (C-contiguous float64/int64): no bytes copy of a chunk
         n, M, b, d = chunk.X.shape
-        self.spool["X"].write(np.ascontiguousarray(chunk.X, dtype=np.float64).tobytes())
-        self.spool["y"].write(np.ascontiguousarray(chunk.y, dtype=np.float64).tobytes())
-        self.spool["w"].write(np.repeat((c / b)[..., None], b, axis=2).astype(np.float64).tobytes())
-        self.spool["t"].write(np.repeat(ts, M * b).astype(np.int64).tobytes())
+        self.spool["X"].write(np.ascontiguousarray(chunk.X, dtype=np.float64))
+        self.spool["y"].write(np.ascontiguousarray(chunk.y, dtype=np.float64))
+        self.spool["w"].write(np.ascontiguousarray(np.repeat((c / b)[..., None], b, axis=2), dtype=np.float64))
+        self.spool["t"].write(np.repeat(ts, M * b).astype(np.int64))
 
     def _refresh_state(self, frame, samples):
         last = frame.iloc[-1]
