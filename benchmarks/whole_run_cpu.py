@@ -14,7 +14,8 @@ prints per process
 
 * ``whole``: CPU seconds (``time.process_time``) of ``run_experiment``;
 * ``system``, ``page faults``: the part of ``whole`` spent in the kernel, and
-  the minor page faults of the run (``getrusage``);
+  the minor page faults of the run (``getrusage``); ``peak RSS``: the
+  process's peak resident memory;
 * ``finalize``: the CPU seconds of that run spent in ``RegretTracker.finalize``;
 * the final values of summary.json that the change must keep (static regret,
   its checkpoints, expected regret, the per-client regrets), and at the end
@@ -90,7 +91,7 @@ vals = {"regret_static": s["regret_static"], "regret_expected": s.get("regret_ex
         "client_static": (s["client_regret"] or {}).get("static"),
         "client_expected": (s["client_regret"] or {}).get("expected")}
 print(json.dumps({"from": streamfl.__file__, "whole": whole, "finalize": fin[0], "values": vals, "groups": groups,
-                  "system": sys_s, "faults": faults}))
+                  "system": sys_s, "faults": faults, "peak_rss_mb": r1.ru_maxrss / 1024}))
 '''
 
 
@@ -132,7 +133,7 @@ def main() -> None:
             r = json.loads(out.stdout.strip().splitlines()[-1])
             res[label].append(r)
             print(f"{label:8s} whole {r['whole']:.3f} s CPU (system {r['system']:.3f}, {r['faults']:,} page faults)  "
-                  f"finalize {r['finalize']:.3f} s CPU  "
+                  f"finalize {r['finalize']:.3f} s CPU  peak RSS {r['peak_rss_mb']:.0f} MB  "
                   f"regret_static {r['values']['regret_static']!r}  ({r['from']})", flush=True)
             for g, sec in sorted(r["groups"].items(), key=lambda kv: -kv[1]):
                 print(f"    {sec:7.3f} s CPU  {100 * sec / r['whole']:4.1f} %  {g}")
