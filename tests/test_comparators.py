@@ -1,8 +1,10 @@
 import numpy as np
 from scipy.optimize import minimize
 
+import pytest
+
 from streamfl.regret.comparators import (LeastSquaresHindsight, quadratic_min, quadratic_min_cholesky,
-                                        quadratic_min_rows, solve_hindsight)
+                                        quadratic_min_rows, solve_hindsight, weighted_loss_and_grad)
 
 
 def test_least_squares_hindsight_equals_numpy_lstsq_at_every_step():
@@ -64,6 +66,28 @@ def test_rows_and_cholesky_solves_equal_the_eigendecomposition():
             np.testing.assert_allclose(got, want, rtol=1e-11)
             np.testing.assert_allclose(x_got, x_want, rtol=1e-10, atol=1e-12)
             assert np.all(x_got[2] == 0.0)
+
+
+def test_compiled_softmax_objective_equals_the_numpy_formula():
+    # loss Σ w (logsumexp(z) − z_y) and gradient Xᵀ((softmax(z) − e_y) w), z = XW, written out with numpy;
+    # scores up to ±60 (logsumexp must not overflow), more rows than one block of the kernel
+    rng = np.random.default_rng(4)
+    N, d, K = 5000, 7, 4
+    X = rng.standard_normal((N, d)) * 3
+    y = rng.integers(0, K, N).astype(float)
+    w = rng.random(N)
+    W = rng.standard_normal((d, K)) * 4
+    z = X @ W
+    zmax = z.max(axis=1, keepdims=True)
+    lse = zmax[:, 0] + np.log(np.exp(z - zmax).sum(axis=1))
+    rows, yi = np.arange(N), y.astype(int)
+    p = np.exp(z - lse[:, None])
+    p[rows, yi] -= 1.0
+    f, g = weighted_loss_and_grad("softmax", W.ravel(), (d, K), X, y, w)
+    np.testing.assert_allclose(f, w @ (lse - z[rows, yi]), rtol=1e-13)
+    np.testing.assert_allclose(g, (X.T @ (p * w[:, None])).ravel(), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"class labels must lie in 0..3; got 0..4"):
+        weighted_loss_and_grad("softmax", W.ravel(), (d, K), X, np.where(y == 1, 4.0, y), w)
 
 
 def test_solve_hindsight_logistic_is_stationary():

@@ -429,26 +429,90 @@ def _weighted_logistic(theta, X, y, w):
     return _WEIGHTED_LOGISTIC[0](theta, X, y, w)
 
 
+def _weighted_softmax_py(theta_t, X, y, w):
+    """Σ_i w_i (logsumexp(z_i) − z_{i,y_i}), z_i = Wᵀx_i, and its gradient Σ_i w_i (softmax(z_i) − e_{y_i}) x_iᵀ.
+
+    One pass over the rows of X, no (N, K) temporaries. theta_t : float64
+    (K, d), Wᵀ (C-contiguous, so that each score and each gradient row runs
+    along a row of X); X : float64 (N, d); y : float64 (N,) class indices
+    0..K−1; w : float64 (N,). logsumexp is taken after subtracting the row's
+    largest score (no overflow). The weighted losses of a block of ``_BLOCK``
+    rows are buffered and summed as in :func:`_weighted_logistic_py`.
+    Returns (float, float64 (K, d): the gradient with respect to Wᵀ).
+    """
+    N, d = X.shape
+    K = theta_t.shape[0]
+    total, grad = 0.0, np.zeros((K, d))
+    losses, part = np.empty(_BLOCK), np.empty((K, d))
+    z, p = np.empty(K), np.empty(K)
+    for i0 in range(0, N, _BLOCK):
+        m = min(N - i0, _BLOCK)
+        for k in range(K):
+            for j in range(d):
+                part[k, j] = 0.0
+        for r in range(m):
+            i = i0 + r
+            for k in range(K):
+                acc = 0.0
+                for j in range(d):
+                    acc += X[i, j] * theta_t[k, j]
+                z[k] = acc
+            zmax = z[0]
+            for k in range(1, K):
+                zmax = max(zmax, z[k])
+            s = 0.0
+            for k in range(K):
+                p[k] = math.exp(z[k] - zmax)
+                s += p[k]
+            yi = int(y[i])
+            losses[r] = w[i] * (zmax + math.log(s) - z[yi])
+            for k in range(K):
+                p[k] = w[i] * p[k] / s
+            p[yi] -= w[i]
+            for k in range(K):
+                pk = p[k]
+                for j in range(d):
+                    part[k, j] += pk * X[i, j]
+        block = 0.0
+        for r in range(m):
+            block += losses[r]
+        total += block
+        for k in range(K):
+            for j in range(d):
+                grad[k, j] += part[k, j]
+    return total, grad
+
+
+_WEIGHTED_SOFTMAX = []    # compiled on first use, like _WEIGHTED_LOGISTIC
+
+
+def _weighted_softmax(theta, X, y, w):
+    """:func:`_weighted_softmax_py` compiled for read-only C-contiguous float64 arrays (on first use)."""
+    if not _WEIGHTED_SOFTMAX:
+        sig = types.Tuple((types.float64, types.float64[:, ::1]))(_F64_2, _F64_2, _F64_1, _F64_1)
+        _WEIGHTED_SOFTMAX.append(njit(sig, cache=True, fastmath={"reassoc", "contract", "nsz", "arcp"},
+                                      error_model="numpy")(_weighted_softmax_py))
+    return _WEIGHTED_SOFTMAX[0](theta, X, y, w)
+
+
 def weighted_loss_and_grad(task: str, theta: np.ndarray, shape, X: np.ndarray, y: np.ndarray, w: np.ndarray):
     """Σ_i w_i f(θ, x_i, y_i) and its gradient, for a flat parameter vector.
 
-    X : (N, d); y : (N,); w : (N,); shape : (d, K). The logistic loss is one
-    compiled pass over X (:func:`_weighted_logistic`).
+    X : (N, d); y : (N,); w : (N,); shape : (d, K). The logistic and softmax
+    losses are one compiled pass over X each (:func:`_weighted_logistic`,
+    :func:`_weighted_softmax`). Raises ValueError for softmax labels outside
+    0..K−1.
     """
     if task == "logistic":
         return _weighted_logistic(*(np.ascontiguousarray(a, dtype=np.float64) for a in (theta, X, y, w)))
     if task == "softmax":
-        # scores once: loss logsumexp(z) − z_y and gradient Xᵀ((softmax(z) − e_y) w) from the same z
-        W = theta.reshape(shape)
-        z = X @ W
-        rows = np.arange(len(y))
-        yi = y.astype(np.int64)
-        from scipy.special import logsumexp
-        lse = logsumexp(z, axis=1)
-        loss = lse - z[rows, yi]
-        p = np.exp(z - lse[:, None])
-        p[rows, yi] -= 1.0
-        return float(np.dot(w, loss)), (X.T @ (p * w[:, None])).ravel()
+        # one compiled pass: scores, logsumexp(z) − z_y and the gradient Xᵀ((softmax(z) − e_y) w) per row
+        Wt = np.ascontiguousarray(np.asarray(theta, dtype=np.float64).reshape(shape).T)
+        yv = np.ascontiguousarray(y, dtype=np.float64)
+        if len(yv) and not (0 <= yv.min() and yv.max() < shape[1]):
+            raise ValueError(f"class labels must lie in 0..{shape[1] - 1}; got {yv.min():g}..{yv.max():g}")
+        total, grad_t = _weighted_softmax(Wt, *(np.ascontiguousarray(a, dtype=np.float64) for a in (X, yv, w)))
+        return total, grad_t.T.ravel()
     loss_fn = get_loss(task)            # least squares (and a ValueError for an unknown task)
     W = theta.reshape(shape)[None]
     loss, _ = loss_fn(W, X[None], y[None], with_grad=False)
