@@ -227,3 +227,10 @@ def test_per_client_expected_and_dynamic_regret_against_closed_forms():
     assert out["regret_expected"] == pytest.approx(F.mean(axis=1).sum() - netcomp, rel=1e-9)
     spread = out["client_regret_spread"]["dynamic"]
     assert spread["min"] <= spread["median"] <= spread["max"]
+
+
+def test_cumsum_steps_is_numpy_cumsum_bit_for_bit():
+    from streamfl.regret.tracker import _cumsum_steps
+    a = np.random.default_rng(5).standard_normal((37, 4, 3)) * 1e3
+    np.testing.assert_array_equal(_cumsum_steps(a), np.cumsum(a, axis=0))
+    assert _cumsum_steps(np.empty((0, 4, 3))).shape == (0, 4, 3)

@@ -179,6 +179,21 @@ def _frame(cols: dict, n: int) -> "pandas.DataFrame":
     return frame
 
 
+def _cumsum_steps(a: np.ndarray) -> np.ndarray:
+    """``np.cumsum(a, axis=0)`` (bit-identical: the same additions in the same order), row by row.
+
+    For an (n, M, d) array numpy's cumsum along the first axis runs its inner
+    loop along that axis, with a stride of M·d floats; adding whole rows is
+    about 4× cheaper (30 → 7 ms for n = 256, M = 64, d = 100).
+    """
+    out = np.empty_like(a)
+    if len(a):
+        out[0] = a[0]
+        for i in range(1, len(a)):
+            np.add(out[i - 1], a[i], out=out[i])
+    return out
+
+
 def _project_rows(x: np.ndarray, radius: float | None) -> np.ndarray:
     if radius is None:
         return x
@@ -542,7 +557,7 @@ class RegretTracker:
             out["regret_expected_virtual"] = exp_virtual - comp
             # each client alone: weight 1 per step
             Kc = self.client_opt_sums[0] + np.cumsum(k, axis=0)
-            Kw = self.client_opt_sums[1] + np.cumsum(k[..., None] * opt, axis=0)
+            Kw = self.client_opt_sums[1] + _cumsum_steps(k[..., None] * opt)
             Kww = self.client_opt_sums[2] + np.cumsum(k * np.sum(opt * opt, axis=-1), axis=0)
             Kn = self.client_opt_sums[3] + np.cumsum(n2, axis=0)
             self.client_opt_sums = [Kc[-1].copy(), Kw[-1].copy(), Kww[-1].copy(), Kn[-1].copy()]
