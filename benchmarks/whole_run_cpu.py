@@ -5,7 +5,8 @@ Usage::
     git archive <old-commit> streamfl | tar -x -C /tmp/old
     nice -n 5 python benchmarks/whole_run_cpu.py --old /tmp/old --task logistic --steps 8000 [--repeats 3]
 
-The experiment is the throughput benchmark's (``benchmarks/throughput.py``):
+``--clients``, ``--dim``, ``--radius`` and ``--adversary`` change the
+synthetic experiment's shape. The experiment is by default the throughput benchmark's (``benchmarks/throughput.py``):
 a stationary synthetic stream (ζ = 0), M = 64, d = 100, FedSEA τ = 10,
 ``baselines: []``, every live comparator on, metrics.csv written, plots
 off (softmax: River's RandomRBF stream, K = 10). Each repeat runs the old
@@ -18,7 +19,7 @@ prints per process
   process's peak resident memory;
 * ``finalize``: the CPU seconds of that run spent in ``RegretTracker.finalize``;
 * the final values of summary.json that the change must keep (static regret,
-  its checkpoints, expected regret, the per-client regrets), and at the end
+  its checkpoints, expected and dynamic regret, the per-client regrets), and at the end
   the largest relative difference between old and current of each.
 
 Without ``--old`` only the current tree is run. ``--parts`` prints, for the
@@ -46,14 +47,18 @@ from streamfl.regret import tracker as trk
 from streamfl.runtime.experiment import run_experiment
 task, steps = sys.argv[1], int(sys.argv[2])
 tracker_opts = json.loads(sys.argv[3])
+shape = json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}
 parts = len(sys.argv) > 4 and sys.argv[4] == "parts"
-M, d, K, eta = 64, 100, 10, {"logistic": 0.05, "least_squares": 0.005, "softmax": 0.05}[task]
-source = {"kind": "synthetic", "task": task, "clients": M, "dim": d, "heterogeneity": 0.0, "drift": []}
+tool_dir = sys.argv[5] if len(sys.argv) > 5 else ""
+M, d, K, eta = shape.get("clients", 64), shape.get("dim", 100), 10, {"logistic": 0.05, "least_squares": 0.005,
+                                                                        "softmax": 0.05}[task]
+source = {"kind": "synthetic", "task": task, "clients": M, "dim": d, "heterogeneity": 0.0, "drift": [],
+          "adversary": shape.get("adversary", "stochastic")}
 if task == "softmax":
     source = {"kind": "river_synth", "name": "RandomRBF", "clients": M,
               "params": {"n_classes": K, "n_features": d, "n_centroids": 50}}
 raw = {"name": "bench", "seed": 0, "steps": steps, "source": source,
-       "learner": {"tau": 10, "step_size": {"kind": "constant", "eta": eta}},
+       "learner": {"tau": 10, "step_size": {"kind": "constant", "eta": eta}, "radius": shape.get("radius")},
        "baselines": [], "chunk_size": 256, "output": {"dir": "runs", "plots": False}}
 if tracker_opts:
     raw["tracker"] = tracker_opts
@@ -71,7 +76,7 @@ run_experiment(ExperimentConfig.model_validate({**raw, "steps": 4}), Path(tempfi
 fin[0] = 0.0
 cfg = ExperimentConfig.model_validate(raw)
 if parts:
-    sys.path.insert(0, sys.argv[5])
+    sys.path.insert(0, tool_dir)
     from throughput import instrument_tracker
     totals, restore = instrument_tracker(time.process_time)
 import resource
@@ -89,7 +94,8 @@ if parts:
 vals = {"regret_static": s["regret_static"], "regret_expected": s.get("regret_expected"),
         "static_checkpoints": [v for _, v in s["static_checkpoints"]],
         "client_static": (s["client_regret"] or {}).get("static"),
-        "client_expected": (s["client_regret"] or {}).get("expected")}
+        "client_expected": (s["client_regret"] or {}).get("expected"),
+        "regret_dynamic": s.get("regret_dynamic"), "client_dynamic": (s["client_regret"] or {}).get("dynamic")}
 print(json.dumps({"from": streamfl.__file__, "whole": whole, "finalize": fin[0], "values": vals, "groups": groups,
                   "system": sys_s, "faults": faults, "peak_rss_mb": r1.ru_maxrss / 1024}))
 '''
@@ -116,6 +122,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--parts", action="store_true", help="CPU seconds by comparator")
+    ap.add_argument("--clients", type=int, default=64, help="M (default 64)")
+    ap.add_argument("--dim", type=int, default=100, help="d (default 100)")
+    ap.add_argument("--radius", type=float, default=None, help="learner.radius D (default none)")
+    ap.add_argument("--adversary", default="stochastic", choices=["stochastic", "dirac"],
+                    help="synthetic source's adversary (dirac: least squares only)")
     ap.add_argument("--tracker", default="{}", help="JSON of tracker options, e.g. '{\"refresh_every\": 256}'")
     a = ap.parse_args()
     labels = (("old", a.old), ("current", None)) if a.old else (("current", None),)
@@ -125,7 +136,8 @@ def main() -> None:
             env = dict(os.environ)
             if path:
                 env["PYTHONPATH"] = path
-            extra = ["parts", os.path.dirname(os.path.abspath(__file__))] if a.parts else []
+            shape = json.dumps({"clients": a.clients, "dim": a.dim, "radius": a.radius, "adversary": a.adversary})
+            extra = ["parts" if a.parts else "-", os.path.dirname(os.path.abspath(__file__)), shape]
             out = subprocess.run([sys.executable, "-P", "-c", CHILD, a.task, str(a.steps), a.tracker] + extra,
                                  env=env, capture_output=True, text=True)
             if out.returncode:

@@ -69,8 +69,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .fastquad import kappa_unique, softplus_mean
-from .comparators import (LeastSquaresHindsight, ReservoirHindsight, is_refit_step, quadratic_min, refit_points,
-                          solve_hindsight)
+from .comparators import (LeastSquaresHindsight, ReservoirHindsight, is_refit_step, quadratic_min,
+                          quadratic_min_cholesky, quadratic_min_rows, refit_points, solve_hindsight)
 from .heterogeneity import RunningMean, client_losses, empirical_estimates, population_estimates
 from .regime import RegimeTerms, literal_condition
 
@@ -600,14 +600,27 @@ class RegretTracker:
         X, y, b = chunk.X, chunk.y, self.b
         out = {"regret_expected": cols["regret_static"].copy(),
                "regret_expected_virtual": cols["regret_static_virtual"].copy()}
-        A = np.einsum("nmbd,nmbe->nmde", X, X) / b
-        v = np.einsum("nmbd,nmb->nmd", X, y) / b
+        n, M, _, d = X.shape
         e = np.einsum("nmb,nmb->nm", y, y) / b
-        step_min = quadratic_min(np.einsum("nm,nmde->nde", c, A), np.einsum("nm,nmd->nd", c, v),
-                                 np.einsum("nm,nm->n", c, e), self.radius)
+        # each step's minimum from its weighted rows (√(c/b) a, √(c/b) y): through the n × n Gram while the
+        # rows are fewer than d (quadratic_min_rows), else from the d × d sums by Cholesky where exact;
+        # the same minima as quadratic_min's eigendecompositions, without one d × d matrix per client
+        sw = np.sqrt(c / b)
+        Bn, zn, en = (X * sw[..., None, None]).reshape(n, M * b, d), (y * sw[..., None]).reshape(n, M * b), \
+            np.einsum("nm,nm->n", c, e)
+        if M * b < d:
+            step_min = quadratic_min_rows(Bn, zn, en, self.radius)[0]
+        else:
+            step_min = quadratic_min_cholesky(np.matmul(Bn.transpose(0, 2, 1), Bn),
+                                              np.einsum("nid,ni->nd", Bn, zn), en, self.radius)[0]
         out["regret_dynamic"] = self.dynamic + np.cumsum(virtual_loss - step_min)
         self.dynamic = float(out["regret_dynamic"][-1])
-        own = quadratic_min(A, v, e, self.radius)                                  # (n, M)
+        if b < d:
+            own = quadratic_min_rows(X.reshape(n * M, b, d) / math.sqrt(b), y.reshape(n * M, b) / math.sqrt(b),
+                                     e.reshape(-1), self.radius)[0].reshape(n, M)
+        else:
+            own = quadratic_min(np.einsum("nmbd,nmbe->nmde", X, X) / b, np.einsum("nmbd,nmb->nmd", X, y) / b,
+                                e, self.radius)                                    # (n, M)
         client_dynamic = self.client_dyn + np.cumsum(played_loss - own, axis=0)
         self.client_dyn = client_dynamic[-1].copy()
         part = cols["cum_loss"] - cols["cum_loss_virtual"]
