@@ -524,7 +524,8 @@ class RegretTracker:
 
             def F(x):
                 nx = np.sqrt(np.einsum("...d,...d->...", x, x))
-                return softplus_mean(s_ * nx) - s_ * s_ * np.sum(x * opt, axis=-1) * kw
+                # x·w by einsum (broadcasting x over the clients), without an (n, M, d) product array
+                return softplus_mean(s_ * nx) - s_ * s_ * np.einsum("...d,...d->...", x, opt) * kw
         else:
             def F(x):
                 return pop.loss(x, opt, scale=sc, **nkw)
