@@ -100,3 +100,17 @@ def test_solve_hindsight_logistic_is_stationary():
     grad = X.T @ ((1 / (1 + np.exp(-z)) - y) * w)
     assert np.linalg.norm(grad) < 1e-7
     np.testing.assert_allclose(value, np.sum(w * (np.logaddexp(0, z) - y * z)), rtol=1e-10)
+
+
+def test_least_squares_hindsight_same_values_with_and_without_the_first_rows():
+    # the clients' first rows (fewer than d) only make the exact solves cheaper: same comparators either way
+    rng = np.random.default_rng(6)
+    n, M, b, d = 30, 3, 1, 8
+    X, y = rng.standard_normal((n, M, b, d)), rng.standard_normal((n, M, b))
+    c, present = np.full((n, M), 1 / M), np.ones((n, M), bool)
+    present[3:9, 1] = False
+    c = np.where(present, c, 0.0)
+    outs = [LeastSquaresHindsight(M, d, radius=0.8, refresh_every=4, keep_rows=keep).update(X, y, c, present)
+            for keep in (True, False)]
+    np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-10)
+    np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-10, atol=1e-12)

@@ -220,6 +220,10 @@ class LeastSquaresHindsight:
     per_client : bool
         Keep each client's statistics (False: the network only; ``update``
         returns None for the clients).
+    keep_rows : bool
+        While the clients have fewer than d rows, keep them (at most M d²
+        floats, as much as A) so that their exact solves go through the
+        n × n Gram; False: always from A (same values, more CPU at first).
 
     Examples
     --------
@@ -232,7 +236,7 @@ class LeastSquaresHindsight:
     """
 
     def __init__(self, n_clients: int, n_features: int, radius: float | None = None, refresh_every: int = 1,
-                 extra=(), per_client: bool = True):
+                 extra=(), per_client: bool = True, keep_rows: bool = True):
         M, d = n_clients, n_features
         self.M, self.d = M, d
         self.radius = radius
@@ -247,7 +251,7 @@ class LeastSquaresHindsight:
         self.x = np.zeros((G, d))           # minimisers at the last refresh
         # each client's weighted rows (√p a, √p y) while it has fewer than d of them: the exact solves of
         # the first steps then go through the n × n Gram (:func:`quadratic_min_rows`), not d × d
-        self.rows = [] if per_client else None
+        self.rows = [] if (per_client and keep_rows) else None
         self.n_rows = 0
         self.value = np.zeros(G)            # warm comparator values after step self.t
         self.refreshes = 0

@@ -264,8 +264,11 @@ class RegretTracker:
                     f"per-client static regret skipped: the per-client d×d statistics need {need:.0f} MB, "
                     f"more than tracker.memory_budget_mb = {self.memory_budget_mb:g}; the network comparator "
                     f"is exact ({self.d * self.d * 8 / 2**20:.1f} MB)")
+            # the clients' first rows (fewer than d each: at most M d² floats more, while t b < d) are kept
+            # for cheaper exact solves only if they fit in the budget too
             self.hindsight = LeastSquaresHindsight(self.M, self.d, radius, refresh_every=self.refresh_every,
-                                                   extra=sorted(self.checkpoints | {T}), per_client=per_client)
+                                                   extra=sorted(self.checkpoints | {T}), per_client=per_client,
+                                                   keep_rows=2 * need <= self.memory_budget_mb)
             self.reservoir = None
         else:
             self.hindsight = None
