@@ -65,6 +65,13 @@ One invocation prints, side by side (client-samples per second = steps · M / se
    CPU seconds, number of refits, and the relative error of the live static
    regret against the exact values ``finalize`` computes at the checkpoints.
 
+8. **Refresh trade-off** of the live least-squares static comparator: one
+   least-squares whole run (M = 64, d = 100, T = ``--refresh-steps``, 2048)
+   per refresh period k (``tracker.refresh_every``, ``--refresh-periods``
+   1,64,256,1024; k = 1 is exact at every step and is the reference), same
+   seed: CPU seconds, exact solves, and the relative error of the live static
+   regret of every step t ≥ 32 against the k = 1 run's.
+
 Every timed figure covers at least ``--min-seconds`` (1 s) of work and is
 repeated ``--repeats`` (3) times; printed as median [min–max]. Steps are
 calibrated per figure from a short probe, after an untimed warm-up; a timed
@@ -282,8 +289,10 @@ COMPARATOR_GROUPS = {
 }
 
 
-def instrument_tracker():
+def instrument_tracker(clock=time.perf_counter):
     """Wrap every plain Python function/method of the regret package with an exclusive timer.
+
+    ``clock``: wall time by default; ``time.process_time`` for CPU seconds.
 
     Returns (totals dict name -> [exclusive seconds, calls], undo callable).
     Functions are replaced wherever a module binds them (``from x import f``
@@ -307,7 +316,6 @@ def instrument_tracker():
     totals: dict = {}
     stack: list = []
     names: list = []
-    clock = time.perf_counter
     groups = totals.setdefault("__groups__", {})
 
     def group_of() -> str:
@@ -643,6 +651,46 @@ def child_refit(spec: dict) -> dict:
     return out
 
 
+def child_refresh(spec: dict) -> dict:
+    """Live least-squares static comparator: refresh period k against CPU time and error (one T).
+
+    For each k, one whole run (same seed, so only the cadence of the exact
+    solves differs): the CPU seconds of the process, the exact solves
+    (:func:`streamfl.regret.comparators.refresh_steps` with the checkpoints
+    and T), and |live − exact| / |exact| of the network's ``regret_static``
+    (metrics.csv) at every step t ≥ ``min_t``, exact = the k = 1 run (exact at
+    every step, listed first), median and maximum.
+    """
+    import pandas as pd
+    from streamfl.regret.comparators import refresh_steps
+
+    task, M, d, K, eta, T = spec["task"], spec["M"], spec["d"], spec["K"], spec["eta"], spec["steps"]
+    tmp = Path(tempfile.mkdtemp(prefix="streamfl-bench-refresh-"))
+    whole_run(make_config(task, M, d, K, eta, 32, out_dir=str(tmp)), tmp / "warm")      # untimed warm-up
+    out = {"steps": T, "rows": []}
+    exact = None
+    for k in spec["periods"]:
+        cfg = make_config(task, M, d, K, eta, T, out_dir=str(tmp), tracker={"refresh_every": k})
+        c0 = time.process_time()
+        sec, summary = whole_run(cfg, tmp / f"k{k}")
+        cpu = time.process_time() - c0
+        live = pd.read_csv(tmp / f"k{k}" / "metrics.csv", usecols=["t", "regret_static"]).set_index("t")
+        live = live["regret_static"].to_numpy()
+        if exact is None:
+            exact = live
+        sel = np.arange(1, T + 1) >= spec.get("min_t", 32)
+        err = np.abs(live[sel] - exact[sel]) / np.abs(exact[sel])
+        marks = np.unique(np.geomspace(max(1, T / 2**15), T, 16).astype(int)).tolist() + [T]
+        out["rows"].append({"refresh_every": k, "solves": len(refresh_steps(0, T, k, marks)),
+                            "cpu_seconds": cpu, "wall_seconds": sec, "streaming_seconds": summary["elapsed_seconds"],
+                            "median_rel_error": float(np.median(err)), "max_rel_error": float(np.max(err)),
+                            "steps_compared": int(sel.sum())})
+        shutil.rmtree(tmp / f"k{k}", ignore_errors=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
 def child_per_sample(spec: dict) -> dict:
     """Learning-loop rates of the per-sample Python learners and the default learner set."""
     from streamfl.generators.build import build_stream
@@ -721,9 +769,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-cap-gb", type=float, default=6.0, help="address-space cap of the many-clients children")
     p.add_argument("--startup-repeats", type=int, default=None, help="start-up runs (default 5)")
     p.add_argument("--skip", default="", help="comma list of sections to skip: configs,scale,memory,torch,"
-                                             "per-sample,startup,refit")
+                                             "per-sample,startup,refit,refresh")
     p.add_argument("--refit-steps", type=int, default=None, help="T of the refit trade-off runs (default 8192)")
     p.add_argument("--refit-periods", default=None, help="refit periods k to compare (default 256,1024,4096)")
+    p.add_argument("--refresh-steps", type=int, default=None,
+                   help="T of the least-squares refresh trade-off runs (default 2048)")
+    p.add_argument("--refresh-periods", default=None,
+                   help="least-squares refresh periods k to compare, the first one the reference (default 1,64,256,1024)")
     p.add_argument("--whole-min-steps", type=int, default=None,
                    help="fewest steps of a timed whole run (default 512, two chunks; 16 with --quick)")
     p.add_argument("--only", default="", help="run only the configurations whose name contains this text")
@@ -738,7 +790,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = json.loads(args.child)
         kind = spec.get("kind", "config")
         fn = {"config": child_config, "torch": child_torch, "per_sample": child_per_sample,
-              "refit": child_refit}[kind]
+              "refit": child_refit, "refresh": child_refresh}[kind]
         try:
             print(json.dumps(fn(spec)))
         except MemoryError:
@@ -913,6 +965,26 @@ def main(argv: list[str] | None = None) -> int:
                    "median rel. error", "max rel. error", "rel. error, last checkpoint < T"))
             print(f"error = |live - exact| / |exact| of the static regret at the checkpoints t >= {32 if quick else 256} "
                   f"({r['rows'][0]['checkpoints']} of them; exact = finalize's solve over the recorded stream)")
+
+    if "refresh" not in skip:
+        name, task, M, d, K, eta = (QUICK_CONFIGS if quick else CONFIGS)[1]
+        periods = [int(x) for x in (args.refresh_periods or ("1,16,64" if quick else "1,64,256,1024")).split(",") if x]
+        T = args.refresh_steps or (200 if quick else 2048)
+        r = run_child({"kind": "refresh", "name": "refresh", "task": task, "M": M, "d": d, "K": K, "eta": eta,
+                       "steps": T, "periods": periods, "min_t": 32})
+        res["refresh"] = r
+        print(f"\n== live static comparator (least squares): refresh period vs CPU and error, {task} M={M} d={d} "
+              f"eta={eta:g} T={T:,} (one run each, same seed) ==")
+        if "error" in r:
+            print("error: " + r["error"])
+        else:
+            table([(f"{x['refresh_every']:,}", f"{x['solves']}", f"{x['cpu_seconds']:.2f}",
+                    f"{x['streaming_seconds']:.2f}", f"{x['median_rel_error']:.2e}", f"{x['max_rel_error']:.2e}")
+                   for x in r["rows"]],
+                  ("refresh every k steps", "exact solves", "whole run CPU s", "streaming wall s",
+                   "median rel. error", "max rel. error"))
+            print(f"error = |live - exact| / |exact| of the static regret at every step t >= 32 "
+                  f"({r['rows'][0]['steps_compared']} steps; exact = the k = {periods[0]} run)")
 
     if "startup" not in skip:
         r = measure_startup(args.startup_repeats or (2 if quick else 5), quick)

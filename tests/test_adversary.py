@@ -194,6 +194,38 @@ def test_dirac_adversary_parallelisation_does_not_help():
         assert res[16][key] == pytest.approx(res[1][key], rel=1e-9)
 
 
+@pytest.mark.parametrize("d, radius", [(8, None), (8, 0.3), (4, 0.3)])
+def test_dirac_dynamic_regret_equals_eigendecomposition_minima(d, radius):
+    """The per-step minima of the Dirac dynamic comparators (network: M b rows; each client: b rows) equal
+    quadratic_min's on the d × d sums, whether they go through the rows' Gram (M b < d) or Cholesky (M b ≥ d),
+    with and without the ball."""
+    from streamfl.regret.comparators import quadratic_min
+    M, b = 3, 2
+    stream = SyntheticStream("least_squares", n_clients=M, n_features=d, n_steps=60, batch_size=b, noise=0.5,
+                             heterogeneity=0.5, drift=[RandomWalk(0.05)], adversary="dirac", seed=4)
+    chunks = []
+
+    class Capture(RegretTracker):
+        def update(self, chunk, losses, m):
+            chunks.append(chunk)
+            return super().update(chunk, losses, m)
+
+    step = StepSize("constant", eta=0.1)
+    tracker = Capture(stream, "fedsea", ["fedsea"], radius=radius, step_size=step, tau=5, client_columns=False)
+    learner = Federated(StackedLinear(M, d, "least_squares", step, radius=radius), 5)
+    run_stream(stream, {"fedsea": learner}, tracker, "fedsea", chunk_size=16)
+    out = tracker.finalize()
+    X = np.concatenate([ch.X for ch in chunks])
+    y = np.concatenate([ch.y for ch in chunks])
+    A = np.einsum("nmbd,nmbe->nmde", X, X) / b
+    v = np.einsum("nmbd,nmb->nmd", X, y) / b
+    e = np.einsum("nmb,nmb->nm", y, y) / b
+    net = quadratic_min(A.mean(axis=1), v.mean(axis=1), e.mean(axis=1), radius)
+    np.testing.assert_allclose(out["regret_dynamic"], tracker.cum_virtual - net.sum(), rtol=1e-10)
+    own = quadratic_min(A, v, e, radius).sum(axis=0)
+    np.testing.assert_allclose(out["client_regret"]["dynamic"], tracker.client_cum - own, rtol=1e-10)
+
+
 # ----------------------------------------------------------------------------- adaptive adversary
 def test_adaptive_directions_against_an_independent_computation():
     rng = np.random.default_rng(10)

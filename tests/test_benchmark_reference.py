@@ -73,7 +73,8 @@ def test_quick_benchmark_prints_every_row(tmp_path):
                 "== memory against T", "T=300", "T=600",
                 "torch, all clients batched, autograd (fair row)", "torch, per-client per-sample autograd loop",
                 "centralized (compiled sequential loop)", "river (one River", "default set",
-                "== the same instrumented runs, by comparator", "== live static estimate", "== start-up", "to first step"]:
+                "== the same instrumented runs, by comparator", "== live static estimate",
+                "== live static comparator (least squares)", "== start-up", "to first step"]:
         assert row in out, f"missing row {row!r} in:\n{out}"
     assert "error:" not in out, out
     assert "FAILED" not in out, out                 # the torch rows agree with the engine to 1e-6

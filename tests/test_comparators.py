@@ -1,7 +1,10 @@
 import numpy as np
 from scipy.optimize import minimize
 
-from streamfl.regret.comparators import LeastSquaresHindsight, quadratic_min, solve_hindsight
+import pytest
+
+from streamfl.regret.comparators import (LeastSquaresHindsight, quadratic_min, quadratic_min_cholesky,
+                                        quadratic_min_rows, solve_hindsight, weighted_loss_and_grad)
 
 
 def test_least_squares_hindsight_equals_numpy_lstsq_at_every_step():
@@ -42,6 +45,51 @@ def test_quadratic_min_with_ball_matches_a_constrained_solver():
                                0.5 * e - 0.5 * v @ np.linalg.solve(A, v), rtol=1e-10)
 
 
+def test_rows_and_cholesky_solves_equal_the_eigendecomposition():
+    # the cheaper exact solves give quadratic_min's minimum and minimum-norm minimiser: few rows (n < d,
+    # rank-deficient), an all-zero matrix, full rank, a singular full-size matrix, with and without the ball
+    rng = np.random.default_rng(1)
+    d = 12
+    for n, solver in ((5, "rows"), (11, "rows"), (40, "cholesky")):
+        for radius in (None, 0.3, 100.0):
+            B = rng.standard_normal((4, n, d))
+            z = rng.standard_normal((4, n))
+            B[2], z[2] = 0.0, 0.0                          # a client with no weight yet
+            if solver == "cholesky":
+                B[3, :, 5] = 0.0                           # singular: falls back to the eigendecomposition
+            A = B.transpose(0, 2, 1) @ B
+            v = np.einsum("gnd,gn->gd", B, z)
+            e = np.sum(z * z, axis=1) + 0.1
+            want, x_want = quadratic_min(A, v, e, radius, return_x=True)
+            got, x_got = (quadratic_min_rows(B, z, e, radius) if solver == "rows"
+                          else quadratic_min_cholesky(A, v, e, radius))
+            np.testing.assert_allclose(got, want, rtol=1e-11)
+            np.testing.assert_allclose(x_got, x_want, rtol=1e-10, atol=1e-12)
+            assert np.all(x_got[2] == 0.0)
+
+
+def test_compiled_softmax_objective_equals_the_numpy_formula():
+    # loss Σ w (logsumexp(z) − z_y) and gradient Xᵀ((softmax(z) − e_y) w), z = XW, written out with numpy;
+    # scores up to ±60 (logsumexp must not overflow), more rows than one block of the kernel
+    rng = np.random.default_rng(4)
+    N, d, K = 5000, 7, 4
+    X = rng.standard_normal((N, d)) * 3
+    y = rng.integers(0, K, N).astype(float)
+    w = rng.random(N)
+    W = rng.standard_normal((d, K)) * 4
+    z = X @ W
+    zmax = z.max(axis=1, keepdims=True)
+    lse = zmax[:, 0] + np.log(np.exp(z - zmax).sum(axis=1))
+    rows, yi = np.arange(N), y.astype(int)
+    p = np.exp(z - lse[:, None])
+    p[rows, yi] -= 1.0
+    f, g = weighted_loss_and_grad("softmax", W.ravel(), (d, K), X, y, w)
+    np.testing.assert_allclose(f, w @ (lse - z[rows, yi]), rtol=1e-13)
+    np.testing.assert_allclose(g, (X.T @ (p * w[:, None])).ravel(), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"class labels must lie in 0..3; got 0..4"):
+        weighted_loss_and_grad("softmax", W.ravel(), (d, K), X, np.where(y == 1, 4.0, y), w)
+
+
 def test_solve_hindsight_logistic_is_stationary():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((300, 3))
@@ -52,3 +100,17 @@ def test_solve_hindsight_logistic_is_stationary():
     grad = X.T @ ((1 / (1 + np.exp(-z)) - y) * w)
     assert np.linalg.norm(grad) < 1e-7
     np.testing.assert_allclose(value, np.sum(w * (np.logaddexp(0, z) - y * z)), rtol=1e-10)
+
+
+def test_least_squares_hindsight_same_values_with_and_without_the_first_rows():
+    # the clients' first rows (fewer than d) only make the exact solves cheaper: same comparators either way
+    rng = np.random.default_rng(6)
+    n, M, b, d = 30, 3, 1, 8
+    X, y = rng.standard_normal((n, M, b, d)), rng.standard_normal((n, M, b))
+    c, present = np.full((n, M), 1 / M), np.ones((n, M), bool)
+    present[3:9, 1] = False
+    c = np.where(present, c, 0.0)
+    outs = [LeastSquaresHindsight(M, d, radius=0.8, refresh_every=4, keep_rows=keep).update(X, y, c, present)
+            for keep in (True, False)]
+    np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-10)
+    np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-10, atol=1e-12)

@@ -89,3 +89,14 @@ def test_live_view_names_the_per_sample_learner_that_bounds_the_run(tmp_path):
         shown[key] = console.export_text()
     assert "bottleneck: learner river" in shown["river"] and "bottleneck" not in shown["none"]
     assert summary["bottleneck"] == note
+
+
+def test_keep_freed_memory_applies_once_on_glibc():
+    # the run's allocator settings (streamfl.runtime.allocator): applied on glibc, idempotent elsewhere too
+    import platform
+
+    from streamfl.runtime.allocator import keep_freed_memory
+    first = keep_freed_memory()
+    assert keep_freed_memory() is first
+    if platform.libc_ver()[0] == "glibc":
+        assert first is True

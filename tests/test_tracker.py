@@ -296,3 +296,10 @@ def test_batched_client_newton_passes_near_the_minimum():
     m = 17
     _, vm = solve_hindsight("logistic", lambda: [(X[:, m, 0], y[:, m, 0], w[:, m, 0])], (d, 1))
     assert value[m] == pytest.approx(vm, rel=1e-12)
+
+
+def test_cumsum_steps_is_numpy_cumsum_bit_for_bit():
+    from streamfl.regret.tracker import _cumsum_steps
+    a = np.random.default_rng(5).standard_normal((37, 4, 3)) * 1e3
+    np.testing.assert_array_equal(_cumsum_steps(a), np.cumsum(a, axis=0))
+    assert _cumsum_steps(np.empty((0, 4, 3))).shape == (0, 4, 3)

@@ -20,6 +20,7 @@ from ..generators.build import build_stream
 from ..models import StackedLinear, StepSize
 from ..aggregation import FedAvg
 from ..regret import RegretTracker
+from .allocator import keep_freed_memory
 from .engine import MAIN, run_stream
 from .folders import check_folder, make_dir
 from .header import describe_inputs
@@ -210,6 +211,7 @@ def run_experiment(cfg: ExperimentConfig, run_dir: Path | None = None, on_chunk=
 
 
 def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> dict:
+    keep_freed_memory()            # per-chunk temporaries reused, not page-faulted in again (glibc; see allocator)
     stream = build_stream(cfg) if stream is None else stream
     if cfg.learner.model == "gmf":
         return _run_gmf(cfg, run_dir, on_chunk, plots, stream)
