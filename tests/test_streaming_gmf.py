@@ -326,3 +326,20 @@ def test_the_round_length_guard_looks_at_the_clients_that_step_only():
     g.test_then_train(X[0], None, 1, np.array([False, True]))       # client 1 is still in its first step
     with pytest.raises(ValueError, match="more steps between two rounds than tau"):
         g.test_then_train(X[2], None, 3, np.array([True, False]))
+
+
+def test_an_empty_u_data_is_refused_in_one_line(tmp_path):
+    # a 0-byte u.data used to reach the ranking tracker and end in an IndexError traceback
+    (tmp_path / "u.data").write_text("")
+    with pytest.raises(ValueError, match=r"u\.data: no ratings \(the file is empty; expected user, item, rating, "
+                                         r"timestamp, tab-separated\)"):
+        movielens_stream(tmp_path)
+
+
+def test_too_few_negatives_names_the_user_id_of_the_file(tmp_path):
+    # the message named the internal client index ("user 0"), not the file's user id
+    (tmp_path / "u.data").write_text("196\t242\t3\t881250949\n196\t302\t3\t891717742\n")
+    s = movielens_stream(tmp_path)
+    with pytest.raises(ValueError, match=r"^user 196 \(client 0\) interacts with all but 0 of the 2 items: fewer "
+                                         r"than the 100 evaluation negatives$"):
+        StreamingGMF(s.n_clients, s.n_items, StepSize("constant", 0.1), s.ever, 10, user_ids=s.user_ids)

@@ -117,7 +117,8 @@ def read_u_data(path, field: str = "") -> tuple[Path, dict[str, np.ndarray]]:
     FileNotFoundError
         If the file does not exist (names the path).
     ValueError
-        If a line's user, item or timestamp is not an integer (names the line).
+        If a line's user, item or timestamp is not an integer (names the line),
+        or the file holds no rating.
     """
     p = Path(path)
     if p.is_dir():
@@ -127,6 +128,8 @@ def read_u_data(path, field: str = "") -> tuple[Path, dict[str, np.ndarray]]:
                                 f"rating, timestamp, tab-separated)")
     df = pd.read_csv(p, sep="\t", header=None, names=["user", "item", "rating", "timestamp"], dtype=str,
                      keep_default_na=False)
+    if not len(df):
+        raise ValueError(f"{p}: no ratings (the file is empty; expected user, item, rating, timestamp, tab-separated)")
     cols = {}
     for c in ("user", "item", "timestamp"):
         v = pd.to_numeric(df[c], errors="coerce")

@@ -240,6 +240,9 @@ class StreamingGMF(ClientModel):
         Standard deviation of the normal initial embeddings.
     seed : int
         Seeds the initial model and every draw.
+    user_ids : ndarray (M,) or None
+        The users' ids in the data file, for error messages (None: the
+        client index).
 
     Raises
     ------
@@ -256,7 +259,8 @@ class StreamingGMF(ClientModel):
     """
 
     def __init__(self, n_clients: int, n_items: int, step_size, ever: np.ndarray, tau: int, dim: int = 12,
-                 negatives: int = 4, eval_negatives: int = 100, init_std: float = 0.1, seed: int = 0):
+                 negatives: int = 4, eval_negatives: int = 100, init_std: float = 0.1, seed: int = 0,
+                 user_ids=None):
         for name, v in (("tau", tau), ("dim", dim), ("negatives", negatives), ("eval_negatives", eval_negatives)):
             if v is None or v < 1:
                 raise ValueError(f"StreamingGMF: {name} must be ≥ 1 (got {v!r})")
@@ -266,7 +270,8 @@ class StreamingGMF(ClientModel):
         free = n_items - ever.sum(axis=1)
         if (free < eval_negatives).any():
             m = int(np.argmin(free))
-            raise ValueError(f"user {m} interacts with all but {int(free[m])} of the {n_items} items: fewer than "
+            who = f"user {m}" if user_ids is None else f"user {int(user_ids[m])} (client {m})"
+            raise ValueError(f"{who} interacts with all but {int(free[m])} of the {n_items} items: fewer than "
                              f"the {eval_negatives} evaluation negatives")
         self.n_clients, self.n_items, self.dim = n_clients, n_items, dim
         self.step_size, self.tau, self.seed = step_size, tau, seed

@@ -88,7 +88,7 @@ def build_gmf_clients(cfg: ExperimentConfig, stream, tau: int):
     g = lc.gmf or GMFConfig()
     eta = StepSize(lc.step_size.kind, lc.step_size.eta, lc.step_size.mu, lc.step_size.t0)
     return StreamingGMF(stream.n_clients, stream.n_items, eta, stream.ever, tau, g.dim, g.negatives,
-                        g.eval_negatives, g.init_std, cfg.seed)
+                        g.eval_negatives, g.init_std, cfg.seed, user_ids=getattr(stream, "user_ids", None))
 
 
 def gmf_strategy(cfg: ExperimentConfig):
