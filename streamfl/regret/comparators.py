@@ -376,7 +376,7 @@ class LeastSquaresHindsight:
             self._absorb(X[sl], y[sl], c[sl], p[sl], cw[sl])
             if stop in refresh and sparse and stop not in client_refresh:
                 # the network alone; the clients keep their warm values and last minimisers
-                v0, x0 = quadratic_min(self.A[:1], self.v[:1], self.e[:1], self.radius, return_x=True)
+                v0, x0 = quadratic_min_cholesky(self.A[:1], self.v[:1], self.e[:1], self.radius)   # as solve()
                 self.value = np.concatenate([v0, cl_out[stop - 1]])
                 self.x[0] = x0[0]
                 self.refreshes += 1
