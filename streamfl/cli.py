@@ -176,6 +176,10 @@ def _print_summary(summary: dict, finished: bool = True):
         num = lambda key: "n/a" if reg.get(key) is None or reg[key] != reg[key] else f"{reg[key]:.4g}"  # noqa: E731
         console.print(f"parallelisation: noise term {num('noise_term')} vs temporal {num('temporal_term')} + "
                       f"transient {num('transient_term')} {reg.get('units', '')} ⇒ {verdict}", soft_wrap=True)
+    said = set((summary.get("inputs") or {}).get("notes", []))     # the header's notes are not repeated
+    for note in summary.get("tracker_notes", []):
+        if note not in said:
+            console.print(f"note: {note}", style="yellow", highlight=False, soft_wrap=True)
     for p in summary.get("plots", []):
         console.print(f"plot: {p}", soft_wrap=True)
 

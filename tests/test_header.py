@@ -110,3 +110,17 @@ def test_per_client_columns_above_client_columns_max_are_dropped_and_said(tmp_pa
     last = fb[[f"client{m}_cum_loss" for m in range(5)]].iloc[-1].tolist()       # written to 10 digits
     np.testing.assert_allclose(a["client_cum_loss"], last, rtol=1e-9)
     assert a["client_regret"] == b["client_regret"]
+
+
+def test_the_lowered_chunk_and_the_skipped_client_static_regret_are_in_the_run_header():
+    # both were only in summary.json's tracker_notes, though the README said the header states them
+    cfg = parse_config({"name": "many", "steps": 5, "chunk_size": 256,
+                        "source": {"kind": "synthetic", "task": "logistic", "clients": 5000, "dim": 10},
+                        "baselines": [], "tracker": {"client_hindsight_max": 4096}})
+    notes = describe_inputs(cfg, build_stream(cfg))["notes"]
+    assert ("chunk_size lowered from 256 to 83 steps so that a chunk holds at most 4,194,304 features (memory; "
+            "the results do not depend on it)") in notes
+    assert ("per-client static regret skipped: M = 5000 clients exceed tracker.client_hindsight_max = 4096 (one "
+            "exact solver run per client at the end); the network comparator is exact") in notes
+    small = parse_config({"name": "few", "steps": 5, "source": {"kind": "synthetic", "clients": 8}, "baselines": []})
+    assert not [n for n in describe_inputs(small, build_stream(small))["notes"] if "lowered" in n or "skipped" in n]

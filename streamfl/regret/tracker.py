@@ -85,6 +85,12 @@ NOISE_EVERY, NOISE_CLIENTS = 64, 8   # logistic σ²: every 64th step, on 8 rota
 _POOLS = None
 
 
+def client_hindsight_note(n_clients: int, client_hindsight_max: int) -> str:
+    """Why a logistic or softmax run has no per-client static regret (M > ``tracker.client_hindsight_max``)."""
+    return (f"per-client static regret skipped: M = {n_clients} clients exceed tracker.client_hindsight_max = "
+            f"{client_hindsight_max} (one exact solver run per client at the end); the network comparator is exact")
+
+
 def client_columns_plan(n_clients: int, requested: bool, limit: int) -> tuple[bool, str | None]:
     """Whether the per-step per-client columns are written, and the note saying why not when they are dropped.
 
@@ -931,9 +937,7 @@ class RegretTracker:
                     _, cl[m] = solve_hindsight(self.task, self._blocks(client=m), (self.d, self.K), self.radius, x0=x)
                 clients["static"] = self.client_cum - cl
             else:
-                self.notes.append(f"per-client static regret skipped: M = {self.M} clients exceed "
-                                  f"tracker.client_hindsight_max = {self.client_hindsight_max} (one exact solver "
-                                  f"run per client at the end); the network comparator is exact")
+                self.notes.append(client_hindsight_note(self.M, self.client_hindsight_max))
             if self.exp_sums is not None and self.exp_sums.B is not None:
                 self.checkpoint_exp[st.t] = (self.exp_learner, self.exp_virtual)
                 marks = sorted(self.checkpoint_exp)

@@ -44,6 +44,12 @@ def effective_chunk_size(chunk_size: int, stream) -> int:
     return max(1, min(int(chunk_size), CHUNK_FLOATS // max(1, per_step)))
 
 
+def chunk_note(asked: int, used: int) -> str:
+    """What the run header and summary.json say when :func:`effective_chunk_size` lowered ``chunk_size``."""
+    return (f"chunk_size lowered from {asked} to {used} steps so that a chunk holds at most {CHUNK_FLOATS:,} "
+            f"features (memory; the results do not depend on it)")
+
+
 def build_learners(cfg: ExperimentConfig, stream) -> dict:
     """FedSEA plus the configured baselines, all on the same stream.
 
@@ -225,8 +231,7 @@ def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> 
                             **cfg.tracker.model_dump())
     chunk = effective_chunk_size(cfg.chunk_size, stream)
     if chunk < cfg.chunk_size:
-        tracker.notes.append(f"chunk_size lowered from {cfg.chunk_size} to {chunk} steps so that a chunk holds at "
-                             f"most {CHUNK_FLOATS:,} features (memory; the results do not depend on it)")
+        tracker.notes.append(chunk_note(cfg.chunk_size, chunk))
     started = time.perf_counter()
     hook = (lambda tr: on_chunk(tr, stream)) if on_chunk else None
     run_stream(stream, learners, tracker, MAIN, chunk, hook)

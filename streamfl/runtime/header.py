@@ -85,6 +85,13 @@ def describe_inputs(cfg, stream) -> dict:
         why = client_columns_plan(int(stream.n_clients), cfg.output.client_columns, cfg.output.client_columns_max)[1]
         if why:
             notes.append(why)
+        from ..regret.tracker import client_hindsight_note
+        from .experiment import chunk_note, effective_chunk_size
+        chunk = effective_chunk_size(cfg.chunk_size, stream)
+        if chunk < cfg.chunk_size:
+            notes.append(chunk_note(cfg.chunk_size, chunk))
+        if stream.task in ("logistic", "softmax") and stream.n_clients > cfg.tracker.client_hindsight_max:
+            notes.append(client_hindsight_note(int(stream.n_clients), cfg.tracker.client_hindsight_max))
     rows = None
     if hasattr(stream, "n_rows_"):
         dropped, beyond = int(stream.n_dropped_), int(stream.n_truncated_)
