@@ -527,7 +527,7 @@ def _format_error(err: ValidationError) -> str:
     if e["type"] == "value_error":          # our own validators: the message names the field
         msg = msg.removeprefix("Value error, ")
         return f"config error: {msg}" if msg.split(":")[0].split(".")[0] in (loc.split(".")[0], "steps", "sweep") \
-            else f"config error: {loc or 'file'}: {msg}"
+            else (f"config error: {loc}: {msg}" if loc else f"config error: {msg}")
     if e["type"] == "missing" and e["loc"] and e["loc"][-1] == "kind":
         kinds = {"split": "contiguous, column, dirichlet"}.get(str(e["loc"][-2]) if len(e["loc"]) > 1 else "")
         if kinds:

@@ -229,3 +229,11 @@ def test_bad_config_paths_are_one_line(tmp_path):
         with pytest.raises(ConfigError) as err:
             load_config(path)
         assert str(err.value) == message
+
+
+def test_a_whole_config_rule_names_its_fields_without_a_file_prefix():
+    # a model-level rule has no field location; the message read "config error: file: learner.model: ..."
+    with pytest.raises(ConfigError) as e:
+        parse_config({"name": "x", "source": {"kind": "synthetic"}, "learner": {"model": "gmf"}})
+    assert str(e.value) == ("config error: learner.model: gmf learns from interaction streams; set source.kind: "
+                            "movielens (source.kind is synthetic)")

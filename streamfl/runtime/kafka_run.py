@@ -353,7 +353,8 @@ class KafkaRun:
                 except Exception as e:       # group not there yet
                     log.debug("describe_groups: %s", e)
                 time.sleep(0.2)
-            log.warning("the workers' group did not assign all %d partitions within %.0f s", self.P, timeout)
+            log.warning("note: the workers' group has not assigned all %d partitions after %.0f s; the run goes on "
+                        "(the workers take the rest when the group settles)", self.P, timeout)
             return False
         finally:
             admin.close()
