@@ -114,7 +114,7 @@ import numpy as np
 from streamfl.transport.fencing import parse_proof, update_digest
 from streamfl.transport.format import (CompressedUpdate, FormatError, GMFGlobal, GMFUpdate, Global, Update, decode,
                                        encode)
-from streamfl.transport.spec import code_origin
+from streamfl.transport.spec import check_fingerprint, code_origin
 from streamfl.transport.security import client_config
 from streamfl.transport.state import RestoreStalled, read_to_end
 from streamfl.transport.state import resilient_producer as make_producer
@@ -502,7 +502,7 @@ def published_rounds(bootstrap: str, run_id: str, timeout: float = 30.0, models:
 
 def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, timeout: float = 300.0,
                    should_stop=lambda: False, compressor=None, seed: int = 0,
-                   model_shape: tuple | None = None, gmf: tuple | None = None) -> int:
+                   model_shape: tuple | None = None, gmf: tuple | None = None, fingerprint: bytes | None = None) -> int:
     """Consume UPDATEs and publish GLOBALs until ``n_rounds`` rounds are published.
 
     ``compressor``, ``seed`` and ``model_shape`` (d, K) are the run's upload
@@ -513,6 +513,10 @@ def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, t
     Returns the number of rounds published in total (by this and earlier
     incarnations). Stops early (returning) when ``should_stop()`` is true, and
     raises RuntimeError after ``timeout`` s without any record.
+    ``fingerprint``: the run config's learner fingerprint
+    (:func:`streamfl.transport.spec.config_fingerprint`); an UPDATE carrying
+    another one raises :class:`~streamfl.transport.spec.ConfigMismatch` (a
+    worker started with another config file).
     """
     topics = Topics(run_id)
     models: list = []
@@ -543,6 +547,8 @@ def run_aggregator(bootstrap: str, run_id: str, n_clients: int, n_rounds: int, t
             for records in reader.poll(timeout_ms=5 if waiting else 100).values():
                 for rec in records:
                     last = time.monotonic()
+                    if fingerprint is not None:      # a worker started with another config: stop, naming it
+                        check_fingerprint(rec.headers, fingerprint, f"UPDATE at offset {rec.offset} (a worker's)")
                     try:
                         msg = decode(rec.value)
                         if not isinstance(msg, (Update, CompressedUpdate, GMFUpdate)):
@@ -629,12 +635,13 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        compressor, seed, shape, gmf = None, 0, None, None
+        compressor, seed, shape, gmf, fingerprint = None, 0, None, None, None
         if args.config:
             from streamfl.generators.build import build_stream
-            from streamfl.transport.spec import read_config, upload_compressor
+            from streamfl.transport.spec import config_fingerprint, read_config, upload_compressor
             cfg = read_config(args.config)
             compressor, seed = upload_compressor(cfg), cfg.seed
+            fingerprint = config_fingerprint(cfg, learner=True)
             if compressor is not None:
                 stream = build_stream(cfg)
                 shape = (stream.n_features, stream.n_classes if stream.task == "softmax" else 1)
@@ -646,7 +653,7 @@ def main(argv=None) -> int:
                 gmf = (gmf_strategy(cfg), stream.n_items, (cfg.learner.gmf or GMFConfig()).dim)
                 log.info("streaming GMF: %r over I = %d items, D = %d", gmf[0].rule, gmf[1], gmf[2])
         n = run_aggregator(args.bootstrap, args.run_id, args.clients, args.rounds, args.timeout, lambda: bool(stop),
-                           compressor, seed, shape, gmf)
+                           compressor, seed, shape, gmf, fingerprint)
         log.info("published %d GLOBAL model(s)", n)
         return 0
     except Exception as e:

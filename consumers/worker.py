@@ -947,7 +947,7 @@ class Worker:
                 for p in {int(c) % self.P for c in self.clients[part]}:
                     old_r, digests = self.proof.get(p, (0, []))
                     self.proof[p] = (r, digests + [digest] if old_r == r else [digest])
-                self._send(self.topics.updates, value, key_of(self.id), 0)
+                self._send(self.topics.updates, value, key_of(self.id), 0, self.loss_headers)   # learner fingerprint
         self._commit()                           # the aggregator needs it now (Fenced: see run())
         self.sent[rows] = r
 

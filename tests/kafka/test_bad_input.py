@@ -243,6 +243,41 @@ def test_roles_with_another_config_stop_instead_of_computing_wrong_numbers(tmp_p
         delete_state_topic(BOOTSTRAP, old)
 
 
+@needs_broker
+def test_a_worker_with_another_learner_config_stops_the_aggregator_naming_it(tmp_path):
+    """Same stream, another learner (η): the DATA records pass the worker's check, so its updates used to be
+    averaged or rejected one by one until the aggregator timed out with 'no UPDATE for 60 s'. The updates carry
+    the learner fingerprint, and the aggregator stops at the first one from another config, naming it."""
+    import uuid
+
+    from streamfl.transport.state import delete_state_topic
+    from streamfl.transport.topics import Topics, delete_topics
+
+    base = "seed: 0\nsteps: 10\nsource: {kind: synthetic, task: logistic, clients: 2, dim: 2}\nbaselines: []\n"
+    (tmp_path / "a.yaml").write_text(base + "learner: {tau: 5}\n")
+    (tmp_path / "b.yaml").write_text(base + "learner: {tau: 5, step_size: {eta: 0.1}}\n")
+    run_id = f"mismatch-{uuid.uuid4().hex[:8]}"
+    common = ["--broker", BOOTSTRAP, "--run-id", run_id]
+    try:
+        agg = subprocess.Popen([sys.executable, "-m", "streamfl.cli", "aggregate", *common, "--config", "a.yaml",
+                                "--timeout", "60"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        assert _role(tmp_path, "produce", *common, "--config", "a.yaml").returncode == 0
+        worker = subprocess.Popen([sys.executable, "-m", "streamfl.cli", "worker", *common, "--config", "b.yaml",
+                                   "--timeout", "20"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            _, err = agg.communicate(timeout=60)
+        finally:
+            worker.kill()
+            worker.communicate()
+        assert agg.returncode == 1, err
+        assert ("error: aggregator: UPDATE at offset 0 (a worker's) was produced from another config" in err
+                and "Traceback" not in err), err
+    finally:
+        delete_topics(BOOTSTRAP, Topics(run_id))
+        delete_state_topic(BOOTSTRAP, run_id)
+
+
 def _cli(*argv, cwd, timeout=120):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
