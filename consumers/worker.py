@@ -204,6 +204,13 @@ def _unwritten(futures: list, wait: float = 5.0) -> list[str]:
     return out
 
 
+def _ids(ids: list, limit: int = 20) -> str:
+    """A list of client ids for a one-line message: all of them up to ``limit``, else the first ones and a count."""
+    if len(ids) <= limit:
+        return str(list(ids))
+    return f"[{', '.join(map(str, ids[:limit]))}, …] ({len(ids)} in all)"
+
+
 class Fenced(Exception):
     """The broker refused this worker's transaction: it no longer owns what it wrote (see the module doc)."""
 
@@ -1062,7 +1069,7 @@ class Worker:
         if len(waiting) and not len(starving):
             r = int(self.wait[waiting].min())
             head = (f"worker {self.id} waited {self.timeout:.0f} s for the global model of round {r} "
-                    f"(clients {self.clients[waiting].tolist()})")
+                    f"(clients {_ids(self.clients[waiting].tolist())})")
             try:
                 return f"{head}: {self._round_diagnosis(r)}"
             except Exception as e:          # the diagnosis reads topics; it must not hide the stall
@@ -1097,7 +1104,7 @@ class Worker:
                 except FormatError:
                     return
                 if isinstance(msg, (Update, CompressedUpdate, GMFUpdate)) and msg.round == r:
-                    rejected.append(f"worker {msg.worker}'s update (clients {msg.clients.tolist()}): "
+                    rejected.append(f"worker {msg.worker}'s update (clients {_ids(msg.clients.tolist())}): "
                                     f"{h.get('reason')}{': ' + h['detail'] if h.get('detail') else ''}")
 
         def on_update(msg):
@@ -1114,7 +1121,7 @@ class Worker:
         self._scan(self.updates_reader, self.topics.updates, self.updates_from.get(r - 1, 0), on_update)
         missing = sorted(set(range(self.M)) - covered)
         if missing:
-            return (f"no update of round {r} covers clients {missing} ("
+            return (f"no update of round {r} covers clients {_ids(missing)} ("
                     + (self._holders(sorted({c % self.P for c in missing})) or
                        "their worker is missing, stalled or fenced, or their data partitions are empty") + ")")
         return (f"updates covering every client are on {self.topics.updates} but the aggregator did not "

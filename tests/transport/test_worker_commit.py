@@ -71,3 +71,11 @@ def test_a_commit_whose_records_were_all_written_counts():
     w = _worker([_future("ok")])
     w._commit()
     assert (w.commits, w.fences, w._txn_open, w._txn_futures) == (1, 0, False, [])
+
+
+def test_stall_messages_list_at_most_twenty_client_ids():
+    # a GMF worker's stall message listed all 943 clients, several times (10,440 characters on one line)
+    from consumers.worker import _ids
+    assert _ids([3, 1]) == "[3, 1]"
+    assert _ids(list(range(943))) == ("[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, …] "
+                                      "(943 in all)")
