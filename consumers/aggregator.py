@@ -222,29 +222,12 @@ class RoundAggregator:
         if compressed and shape is not None and shape != self.last_global.shape:
             raise Rejected("shape_mismatch", f"round {r}: model {shape}, the global model's {self.last_global.shape}")
         n = int(upd.n_participants)
-        for old_ids, old_value, old_n, old_worker in parts:
-            if old_ids == ids:
-                same = old_value == value if compressed else np.array_equal(old_value, value)
-                if old_n == n and same:
-                    self.duplicates += 1
-                    log.info("round %d: worker %d's update of clients %s repeats one counted (same values): "
-                             "counted once", r, upd.worker, sorted(ids))
-                    return None
-                raise Rejected("conflicting_duplicate", f"round {r}: worker {upd.worker}'s update of clients "
-                                                        f"{sorted(ids)} differs from worker {old_worker}'s, counted "
-                                                        f"first")
-        parts.append((ids, value, n, int(upd.worker)))
-        self.rounds[r] = parts
-        chosen = exact_cover([p[0] for p in parts], self.M)
+        same = (lambda old: old[2] == n and old[1] == value) if compressed else \
+            (lambda old: old[2] == n and np.array_equal(old[1], value))
+        chosen = self._cover(r, upd, ids, (ids, value, n, int(upd.worker)), same)
         if chosen is None:
             return None
-        del self.rounds[r]
-        self.published = max(self.published, r)
-        self.unused = [(parts[i][3], sorted(parts[i][0])) for i in range(len(parts)) if i not in chosen]
-        if self.unused:
-            self.duplicates += len(self.unused)
-            log.info("round %d: contributions re-sent after a rebalance left out: %s", r, self.unused)
-        use = sorted((parts[i] for i in chosen), key=lambda p: min(p[0]))
+        use = sorted(chosen, key=lambda p: min(p[0]))
         if compressed:
             return self._average(r, [p[1] for p in use])
         total = np.zeros_like(use[0][1])
@@ -254,24 +237,26 @@ class RoundAggregator:
             n += k
         return Global(round=r, model=total / n if n else total, n_participants=n)
 
-    def _add_gmf(self, upd: GMFUpdate, r: int, ids: frozenset) -> GMFGlobal | None:
-        """:meth:`add` for a streaming GMF run: exact cover as for UPDATEs, then :func:`consumers.gmf.gmf_global`."""
-        from consumers.gmf import gmf_global
-        strategy = self.gmf[0]
-        self.check_gmf(upd)
+    def _cover(self, r: int, upd, ids: frozenset, entry: tuple, same) -> list | None:
+        """Add ``entry`` = (client ids, value, participants, worker) to round r's parts; return the parts that
+        cover the clients 0 … M−1 exactly once (and close the round), or None while they do not.
+
+        A repeat of a counted part for the same clients (``same(old_entry)`` true) is counted once; one with
+        other values raises :class:`Rejected` (``conflicting_duplicate``). Parts left out of the cover were
+        re-sent after a rebalance (counted in :attr:`duplicates`).
+        """
         parts = self.rounds.get(r, [])
-        raw = encode(upd)
-        for old_ids, old_upd, _, old_worker in parts:
-            if old_ids == ids:
-                if encode(old_upd) == raw:
+        for old in parts:
+            if old[0] == ids:
+                if same(old):
                     self.duplicates += 1
                     log.info("round %d: worker %d's update of clients %s repeats one counted (same values): "
                              "counted once", r, upd.worker, sorted(ids))
                     return None
                 raise Rejected("conflicting_duplicate", f"round {r}: worker {upd.worker}'s update of clients "
-                                                        f"{sorted(ids)} differs from worker {old_worker}'s, counted "
+                                                        f"{sorted(ids)} differs from worker {old[3]}'s, counted "
                                                         f"first")
-        parts.append((ids, upd, upd.n_participants, int(upd.worker)))
+        parts.append(entry)
         self.rounds[r] = parts
         chosen = exact_cover([p[0] for p in parts], self.M)
         if chosen is None:
@@ -282,7 +267,19 @@ class RoundAggregator:
         if self.unused:
             self.duplicates += len(self.unused)
             log.info("round %d: contributions re-sent after a rebalance left out: %s", r, self.unused)
-        out, up, down = gmf_global(r, [parts[i][1] for i in chosen], self.M, strategy)
+        return [parts[i] for i in chosen]
+
+    def _add_gmf(self, upd: GMFUpdate, r: int, ids: frozenset) -> GMFGlobal | None:
+        """:meth:`add` for a streaming GMF run: exact cover as for UPDATEs, then :func:`consumers.gmf.gmf_global`."""
+        from consumers.gmf import gmf_global
+        strategy = self.gmf[0]
+        self.check_gmf(upd)
+        raw = encode(upd)
+        chosen = self._cover(r, upd, ids, (ids, upd, upd.n_participants, int(upd.worker)),
+                             lambda old: encode(old[1]) == raw)
+        if chosen is None:
+            return None
+        out, up, down = gmf_global(r, [p[1] for p in chosen], self.M, strategy)
         self.last_bytes = (up, down)
         return out
 
