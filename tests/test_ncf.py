@@ -334,3 +334,13 @@ def test_reproduction_summary_reports_last_and_best_and_the_ordered_rounds():
     checks = check_orderings(s)
     assert checks["MF-FedAvg > FedAvg > SimpleAvg (GMF HR@10)"] is False                      # 0.6 = 0.6 at the end
     assert checks["MF-FedAvg > FedAvg > SimpleAvg (GMF best HR@10 over training)"] is True    # 0.7 > 0.6 > 0.525
+
+
+def test_a_u_data_without_a_user_of_five_interactions_is_refused(tmp_path):
+    # two ratings: every user was dropped (FedNCF keeps users with ≥ 5) and the reproduction ended in a
+    # ZeroDivisionError traceback after ItemPop scored HR@10 nan
+    from streamfl.generators.movielens import load_ml100k
+    (tmp_path / "u.data").write_text("196\t242\t3\t881250949\n186\t302\t3\t891717742\n")
+    with pytest.raises(ValueError, match=r"u\.data: no user has 5 or more interactions \(2 user\(s\) with fewer "
+                                         r"dropped, FedNCF §5\.1\): nothing to train or hold out$"):
+        load_ml100k(tmp_path)

@@ -160,8 +160,9 @@ def load_ml100k(path: str | Path, n_test_negatives: int = 100, seed: int = 0,
     FileNotFoundError
         If the file does not exist (names the path).
     ValueError
-        If a line does not hold four integer columns (names the line), or a
-        user has too few non-interacted items for the test negatives.
+        If a line does not hold four integer columns (names the line), no
+        user has ``min_interactions`` interactions, or a user has too few
+        non-interacted items for the test negatives.
     """
     p, cols = read_u_data(path)
     info = {"source": str(p), "ratings_read": int(len(cols["user"])),
@@ -178,6 +179,9 @@ def load_ml100k(path: str | Path, n_test_negatives: int = 100, seed: int = 0,
     info["users_dropped_below_min_interactions"] = int(len(few))
     info["min_interactions"] = min_interactions
     pairs = pairs[~pairs["user"].isin(few)]
+    if pairs.empty:
+        raise ValueError(f"{p}: no user has {min_interactions} or more interactions ({len(few)} user(s) with fewer "
+                         f"dropped, FedNCF §5.1): nothing to train or hold out")
 
     user_ids, u = np.unique(pairs["user"].to_numpy(), return_inverse=True)
     item_ids, i = np.unique(pairs["item"].to_numpy(), return_inverse=True)
