@@ -145,3 +145,16 @@ def test_a_negative_temporal_estimate_and_an_unknown_transient_do_not_say_helps(
     assert s["reason"].startswith("the noise side exceeds the temporal side, but the transient P is unknown")
     s = r.summary(100, D=0.5)                  # P = 0.6579 < N = 2.6316, V counted as 0
     assert s["parallelisation_helps"] is True and s["ratio"] == pytest.approx(2.6316 / 0.6579, rel=1e-3)
+
+
+def test_a_short_synthetic_logistic_run_says_why_sigma2_is_missing(tmp_path):
+    # T = 20 < 64: no population σ² evaluation yet; the reason said "a mini-batch of b ≥ 2 samples is needed",
+    # false for a population figure and contradicting a run with batch_size 2
+    from streamfl.config import parse_config
+    from streamfl.runtime.experiment import run_experiment
+    cfg = parse_config({"name": "short", "steps": 20, "source": {"kind": "synthetic", "task": "logistic"},
+                        "learner": {"batch_size": 2}, "baselines": [], "output": {"plots": False}})
+    reg = run_experiment(cfg, tmp_path / "run", plots=False)["heterogeneity"]["regime"]
+    assert reg["parallelisation_helps"] is None
+    assert reg["reason"] == ("the population σ² of a logistic stream is evaluated every 64th step (a quadrature): "
+                             "none before step 64")

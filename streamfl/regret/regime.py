@@ -124,6 +124,8 @@ class RegimeTerms:
 
     def __init__(self, n_clients: int, tau, step_size, block: int = 1, estimated: bool = False):
         self.M, self.tau, self.step_size, self.estimated = n_clients, tau, step_size, estimated
+        # why σ² can be missing (the default: an estimated σ² needs mini-batches of b ≥ 2)
+        self.noise_missing = "the gradient noise σ² cannot be estimated (a mini-batch of b ≥ 2 samples is needed)"
         self.noise = RunningMean(block)
         self.temporal = RunningMean(block)
         self.consensus = RunningMean(block)
@@ -218,8 +220,8 @@ class RegimeTerms:
         out.update(noise_term=N, temporal_term=V, noise_term_se=Nse, temporal_term_se=Vse, transient_term=P,
                    consensus_term=self.consensus.mean * t if self.consensus.count else math.nan)
         if not (np.isfinite(N) and np.isfinite(V)):
-            out["reason"] = ("the gradient noise σ² cannot be estimated (a mini-batch of b ≥ 2 samples is needed)"
-                             if not np.isfinite(N) else "the temporal variation K² is not available yet")
+            out["reason"] = (self.noise_missing if not np.isfinite(N)
+                             else "the temporal variation K² is not available yet")
             return out
         # V is a sum of K² ≥ 0; an unbiased estimate below 0 says V is indistinguishable from 0.
         rest = max(V, 0.0) + (P if np.isfinite(P) else 0.0)

@@ -348,6 +348,9 @@ class RegretTracker:
         self.stats = {k: RunningMean(self.block) for k in ("sigma2", "sigma2_comparator", "zeta2", "K2", "curvature")}
         self.step_size, self.tau = step_size, tau
         self.regime = RegimeTerms(self.M, tau, step_size, self.block, estimated=not (self.known or self.dirac))
+        if self.known and self.task == "logistic":
+            self.regime.noise_missing = (f"the population σ² of a logistic stream is evaluated every "
+                                         f"{NOISE_EVERY}th step (a quadrature): none before step {NOISE_EVERY}")
         self.client_last_step = np.zeros(self.M, dtype=np.int64)
         # how each population regret is known; the live view, summary.json and the
         # README's metrics.csv columns say the same
