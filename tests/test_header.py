@@ -114,7 +114,7 @@ def test_per_client_columns_above_client_columns_max_are_dropped_and_said(tmp_pa
 
 def test_the_lowered_chunk_and_the_skipped_client_static_regret_are_in_the_run_header():
     # both were only in summary.json's tracker_notes, though the README said the header states them
-    cfg = parse_config({"name": "many", "steps": 5, "chunk_size": 256,
+    cfg = parse_config({"name": "many", "steps": 100, "chunk_size": 256,
                         "source": {"kind": "synthetic", "task": "logistic", "clients": 5000, "dim": 10},
                         "baselines": [], "tracker": {"client_hindsight_max": 4096}})
     notes = describe_inputs(cfg, build_stream(cfg))["notes"]
@@ -124,3 +124,11 @@ def test_the_lowered_chunk_and_the_skipped_client_static_regret_are_in_the_run_h
             "exact solver run per client at the end); the network comparator is exact") in notes
     small = parse_config({"name": "few", "steps": 5, "source": {"kind": "synthetic", "clients": 8}, "baselines": []})
     assert not [n for n in describe_inputs(small, build_stream(small))["notes"] if "lowered" in n or "skipped" in n]
+
+
+def test_no_chunk_note_when_the_run_is_shorter_than_the_lowered_chunk():
+    # T = 20 < 83 steps: the chunk holds the whole run either way, nothing is lowered
+    cfg = parse_config({"name": "short", "steps": 20, "chunk_size": 256,
+                        "source": {"kind": "synthetic", "task": "logistic", "clients": 5000, "dim": 10},
+                        "baselines": []})
+    assert not [n for n in describe_inputs(cfg, build_stream(cfg))["notes"] if "chunk_size lowered" in n]

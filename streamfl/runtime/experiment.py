@@ -230,7 +230,7 @@ def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> 
                             client_columns_max=cfg.output.client_columns_max, **tracker_learner(cfg),
                             **cfg.tracker.model_dump())
     chunk = effective_chunk_size(cfg.chunk_size, stream)
-    if chunk < cfg.chunk_size:
+    if chunk < min(cfg.chunk_size, stream.n_steps):      # a chunk never holds more than T steps anyway
         tracker.notes.append(chunk_note(cfg.chunk_size, chunk))
     started = time.perf_counter()
     hook = (lambda tr: on_chunk(tr, stream)) if on_chunk else None

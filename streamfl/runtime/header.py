@@ -88,7 +88,7 @@ def describe_inputs(cfg, stream) -> dict:
         from ..regret.tracker import client_hindsight_note
         from .experiment import chunk_note, effective_chunk_size
         chunk = effective_chunk_size(cfg.chunk_size, stream)
-        if chunk < cfg.chunk_size:
+        if chunk < min(cfg.chunk_size, stream.n_steps):     # a chunk never holds more than T steps anyway
             notes.append(chunk_note(cfg.chunk_size, chunk))
         if stream.task in ("logistic", "softmax") and stream.n_clients > cfg.tracker.client_hindsight_max:
             notes.append(client_hindsight_note(int(stream.n_clients), cfg.tracker.client_hindsight_max))
