@@ -94,6 +94,9 @@ def quadratic_min(A: np.ndarray, v: np.ndarray, e: np.ndarray, radius: float | N
     return value, np.einsum("...dk,...k->...d", Q, xt)
 
 
+CHOLESKY_MIN_DIM = 10   # d up to which a stack of d × d solves is cheaper as one batched eigendecomposition
+
+
 def quadratic_min_cholesky(A: np.ndarray, v: np.ndarray, e: np.ndarray, radius: float | None = None):
     """:func:`quadratic_min` (with the minimiser) for a stack of matrices, by Cholesky where that is exact.
 
@@ -108,10 +111,15 @@ def quadratic_min_cholesky(A: np.ndarray, v: np.ndarray, e: np.ndarray, radius: 
     10⁻¹⁰ trace A (≥ λ_max). Matrices failing the test (singular or badly
     conditioned), or whose x lies outside the ball ‖x‖ ≤ radius, are solved
     by :func:`quadratic_min` (eigendecomposition). Cost: d³/3 + d³/3 flops
-    per matrix against ~9d³ for the eigendecomposition.
+    per matrix against ~9d³ for the eigendecomposition, but one LAPACK call
+    per matrix: for d ≤ :data:`CHOLESKY_MIN_DIM` the whole stack goes to the
+    batched eigendecomposition instead (at d = 4 and 4,096 matrices the
+    per-matrix calls took 62 ms of CPU against 7 ms).
     """
     from scipy.linalg import lapack
     G, d = v.shape
+    if d <= CHOLESKY_MIN_DIM:
+        return quadratic_min(A, v, e, radius, return_x=True)
     value, x = np.empty(G), np.zeros((G, d))
     rest = []
     for g in range(G):
