@@ -1,5 +1,18 @@
 """Helpers of the Kafka tests. ``streamfl``, ``producers`` and ``consumers`` are imported as installed
 (``pip install -e .``), never from the source tree by path."""
+import pytest
+
+
+@pytest.fixture(scope="module")
+def embedded(cfg, tmp_path_factory):
+    """The embedded run of the test module's ``cfg`` fixture: (summary, metrics.parquet as a DataFrame), the
+    numbers every Kafka run of that module must reproduce."""
+    import pandas as pd
+
+    from streamfl.runtime.experiment import run_experiment
+    run_dir = tmp_path_factory.mktemp("embedded")
+    summary = run_experiment(cfg, run_dir, plots=False)
+    return summary, pd.read_parquet(run_dir / "metrics.parquet")
 
 
 # ---- helpers of the fault-tolerance tests (tests/kafka/test_faults.py) ----------------------------------
@@ -23,9 +36,9 @@ def read_topic(bootstrap: str, topic: str, partition: int = 0):
         reader.close()
 
 
-# ---- the roles started by hand (tests/kafka/test_equivalence.py, test_compressed_uploads.py) -------------------
-def roles_by_hand(bootstrap: str, cwd, config: str, run_id: str, extra=()) -> str:
-    """`streamfl aggregate | worker | produce` and `track --out kafka` started from ``cwd`` with ``--config
+# ---- the roles started by hand (test_equivalence.py, test_compressed_uploads.py, test_gmf.py, test_paths.py) ----
+def roles_by_hand(bootstrap: str, cwd, config: str, run_id: str, extra=(), out: str = "kafka") -> str:
+    """`streamfl aggregate | worker | produce` and `track --out <out>` started from ``cwd`` with ``--config
     config`` (and the options ``extra`` for every role, e.g. ``("--partitions", "4")``), as a user types
     them; asserts every role exits 0, deletes the run's topics, and returns what the tracker printed."""
     import os
@@ -45,7 +58,7 @@ def roles_by_hand(bootstrap: str, cwd, config: str, run_id: str, extra=()) -> st
     procs = []
     try:
         procs = [role(r, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for r in ("aggregate", "worker", "produce")]
-        tracker = role("track", "--out", "kafka", "--timeout", "60", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        tracker = role("track", "--out", out, "--timeout", "60", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         procs.append(tracker)
         out, errs = tracker.communicate(timeout=180)
         assert tracker.returncode == 0, errs

@@ -33,13 +33,6 @@ def cfg():
     })
 
 
-@pytest.fixture(scope="module")
-def embedded(cfg, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("embedded")
-    summary = run_experiment(cfg, run_dir, plots=False)
-    return summary, pd.read_parquet(run_dir / "metrics.parquet")
-
-
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_kafka_run_equals_embedded(cfg, embedded, workers, tmp_path):
     want_summary, want = embedded

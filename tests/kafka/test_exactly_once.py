@@ -19,7 +19,7 @@ if not BOOTSTRAP:
     pytest.skip("STREAMFL_KAFKA is not set: start a broker with scripts/kafka-local start", allow_module_level=True)
 
 from conftest import read_topic  # noqa: E402
-from test_faults import HOLD, M, TAU, _assert_same, cfg, embedded  # noqa: E402,F401  (fixtures)
+from test_faults import HOLD, M, TAU, _assert_same, cfg  # noqa: E402,F401  (fixture; embedded is in conftest)
 
 from streamfl.runtime.kafka_run import KafkaRun  # noqa: E402
 from streamfl.transport.format import ClientState, Data, Loss, Update, decode, encode  # noqa: E402

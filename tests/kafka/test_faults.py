@@ -24,7 +24,6 @@ if not BOOTSTRAP:
 
 from conftest import read_topic  # noqa: E402
 from streamfl.config import parse_config  # noqa: E402
-from streamfl.runtime.experiment import run_experiment  # noqa: E402
 from streamfl.runtime.kafka_run import KafkaRun  # noqa: E402
 from streamfl.transport.format import Global, Loss  # noqa: E402
 
@@ -42,13 +41,6 @@ def cfg():
         "baselines": [],
         "output": {"format": "parquet", "plots": False},
     })
-
-
-@pytest.fixture(scope="module")
-def embedded(cfg, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("embedded")
-    summary = run_experiment(cfg, run_dir, plots=False)
-    return summary, pd.read_parquet(run_dir / "metrics.parquet")
 
 
 def _assert_same(run, summary, embedded):

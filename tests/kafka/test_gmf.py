@@ -51,13 +51,6 @@ def cfg():
     })
 
 
-@pytest.fixture(scope="module")
-def embedded(cfg, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("embedded")
-    summary = run_experiment(cfg, run_dir, plots=False)
-    return summary, pd.read_parquet(run_dir / "metrics.parquet")
-
-
 def _assert_same(run, summary, embedded):
     want_summary, want = embedded
     got = pd.read_parquet(run.run_dir / "metrics.parquet")

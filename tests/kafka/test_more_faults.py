@@ -20,7 +20,7 @@ from test_exactly_once import _dead, _owned, _wait_for  # noqa: E402
 import test_faults  # noqa: E402
 from test_faults import COLUMNS, HOLD, M, _assert_same  # noqa: E402
 
-cfg, embedded = test_faults.cfg, test_faults.embedded       # the fixtures of test_faults.py
+cfg = test_faults.cfg                  # the fixture of test_faults.py (embedded is in conftest)
 
 from streamfl.runtime.kafka_run import KafkaRun  # noqa: E402
 from streamfl.transport.format import Data, encode  # noqa: E402

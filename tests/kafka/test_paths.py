@@ -26,8 +26,7 @@ BOOTSTRAP = os.environ.get("STREAMFL_KAFKA")
 if not BOOTSTRAP:
     pytest.skip("STREAMFL_KAFKA is not set: start a broker with scripts/kafka-local start", allow_module_level=True)
 
-from streamfl.transport.state import delete_state_topic  # noqa: E402
-from streamfl.transport.topics import Topics, delete_topics  # noqa: E402
+from conftest import roles_by_hand  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 COLUMNS = ["loss", "cum_loss", "regret_static", "regret_dynamic"]
@@ -104,25 +103,7 @@ def test_run_over_kafka_from_another_folder(tmp_path, embedded):
 
 def test_roles_started_one_by_one_from_another_folder(tmp_path, embedded):
     cwd = _folder(tmp_path / "user")
-    run_id = f"paths-{uuid.uuid4().hex[:8]}"
-    common = ["--broker", BOOTSTRAP, "--run-id", run_id, "--config", "exp/exp.yaml"]
-    procs = []
-    try:
-        with open(tmp_path / "roles.log", "wb") as log:
-            procs = [subprocess.Popen([sys.executable, "-m", "streamfl.cli", *argv], stdout=log,
-                                      stderr=subprocess.STDOUT, cwd=cwd)
-                     for argv in (["aggregate", *common], ["worker", *common, "--timeout", "60"],
-                                  ["produce", *common])]
-            track = _cli(cwd, "track", *common, "--out", "out", "--timeout", "120")
-            assert track.returncode == 0, track.stderr + (tmp_path / "roles.log").read_text()
-            for p in procs:
-                assert p.wait(60) == 0, (tmp_path / "roles.log").read_text()
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        delete_topics(BOOTSTRAP, Topics(run_id))
-        delete_state_topic(BOOTSTRAP, run_id)
+    roles_by_hand(BOOTSTRAP, cwd, "exp/exp.yaml", f"paths-{uuid.uuid4().hex[:8]}", out="out")
     got = _run(cwd / "out")
     _assert_same_numbers(got, embedded)
     # the run folder's config names the table absolutely (a copy of exp.yaml there would name out/table.csv)
