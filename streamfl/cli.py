@@ -129,7 +129,12 @@ def _resolve(out: Optional[Path], config: Optional[Path], steps: Optional[int], 
 
 def _print_inputs(cfg, stream) -> None:
     """The run header: how the input was read, what was inferred, dropped or skipped (see runtime/header.py)."""
+    from .runtime.experiment import check_learners
     from .runtime.header import describe_inputs, header_lines
+    try:
+        check_learners(cfg, stream)      # a refusal comes before the header and the progress bar
+    except USER_ERRORS as e:
+        _fail(_message(e))
     for line in header_lines(describe_inputs(cfg, stream)):
         console.print(line, highlight=False, soft_wrap=True,
                       style="yellow" if line.startswith(("note:", "dropped column")) else None)

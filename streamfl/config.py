@@ -476,6 +476,14 @@ class ExperimentConfig(_Model):
         return self
 
     @model_validator(mode="after")
+    def _river_without_radius(self):
+        if "river" in self.baselines and self.learner.radius is not None:
+            raise ValueError(f"baselines: river cannot be compared with learner.radius = {self.learner.radius}: "
+                             f"River's models have no projection onto the ball; drop river from baselines or the "
+                             f"radius")
+        return self
+
+    @model_validator(mode="after")
     def _steps_for_generators(self):
         if self.steps is None and self.source.kind in ("synthetic", "river_synth"):
             raise ValueError("steps: a generator has no natural end; set steps to the number of steps T")

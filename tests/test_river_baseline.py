@@ -91,7 +91,8 @@ def test_river_is_opt_in_and_refused_with_a_radius(tmp_path):
     proc = subprocess.run(CLI + ["run", "--config", "r.yaml", "--no-live", "--out", "run"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip() == ("error: baselines: river cannot be compared with learner.radius = 1.0: River's "
+    assert proc.stdout == ""                  # refused before the run header and the progress bar
+    assert proc.stderr.strip() == ("error: config error: baselines: river cannot be compared with learner.radius = 1.0: River's "
                                    "models have no projection onto the ball; drop river from baselines or the radius")
     assert not (tmp_path / "run").exists()
 

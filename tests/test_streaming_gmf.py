@@ -221,7 +221,8 @@ def test_cli_run_from_a_temporary_folder(tmp_path):
     few = subprocess.run([str(exe), "run", "--config", "x.yaml", "--no-live", "--no-plots", "--out", "r"],
                          cwd=tmp_path, capture_output=True, text=True)
     assert few.returncode == 2 and "Traceback" not in few.stderr
-    assert few.stderr.strip().endswith("fewer than the 100 evaluation negatives")
+    assert few.stderr.strip().endswith("fewer than the 100 evaluation negatives (learner.gmf.eval_negatives)")
+    assert few.stdout == ""                   # refused before the run header and the progress bar
     assert not (tmp_path / "r").exists()
     (tmp_path / "x.yaml").write_text(text % ", eval_negatives: 20")
     out = subprocess.run([str(exe), "run", "--config", "x.yaml", "--no-live", "--no-plots", "--out", "r"],
@@ -341,5 +342,5 @@ def test_too_few_negatives_names_the_user_id_of_the_file(tmp_path):
     (tmp_path / "u.data").write_text("196\t242\t3\t881250949\n196\t302\t3\t891717742\n")
     s = movielens_stream(tmp_path)
     with pytest.raises(ValueError, match=r"^user 196 \(client 0\) interacts with all but 0 of the 2 items: fewer "
-                                         r"than the 100 evaluation negatives$"):
+                                         r"than the 100 evaluation negatives \(learner\.gmf\.eval_negatives\)$"):
         StreamingGMF(s.n_clients, s.n_items, StepSize("constant", 0.1), s.ever, 10, user_ids=s.user_ids)

@@ -216,6 +216,32 @@ def gmf_stream_step(P, Q, H, B, slot_map, slot_ids, slot_rows, slot_counts, n_sl
         B[m] -= eta * gb
 
 
+def check_eval_negatives(ever: np.ndarray, eval_negatives: int, user_ids=None) -> None:
+    """Refuse a stream in which some user has fewer than ``eval_negatives`` items it never interacts with.
+
+    Parameters
+    ----------
+    ever : bool (M, I)
+        ``ever[m, i]``: user m interacts with item i somewhere in the stream.
+    eval_negatives : int
+        Distinct never-interacted items each arriving positive is ranked against.
+    user_ids : int (M,) or None
+        The data set's user ids, to name the user in the message.
+
+    Raises
+    ------
+    ValueError
+        Naming the first such user, its free items and ``eval_negatives``.
+    """
+    n_items = ever.shape[1]
+    free = n_items - ever.sum(axis=1)
+    if (free < eval_negatives).any():
+        m = int(np.argmin(free))
+        who = f"user {m}" if user_ids is None else f"user {int(user_ids[m])} (client {m})"
+        raise ValueError(f"{who} interacts with all but {int(free[m])} of the {n_items} items: fewer than "
+                         f"the {eval_negatives} evaluation negatives (learner.gmf.eval_negatives)")
+
+
 class StreamingGMF(ClientModel):
     """M streaming GMF clients with private user embeddings and a shared item table (FedNCF GMF, paper 003).
 
@@ -267,12 +293,7 @@ class StreamingGMF(ClientModel):
         ever = np.ascontiguousarray(ever, dtype=np.bool_)
         if ever.shape != (n_clients, n_items):
             raise ValueError(f"StreamingGMF: ever must be (M, I) = ({n_clients}, {n_items}); got {ever.shape}")
-        free = n_items - ever.sum(axis=1)
-        if (free < eval_negatives).any():
-            m = int(np.argmin(free))
-            who = f"user {m}" if user_ids is None else f"user {int(user_ids[m])} (client {m})"
-            raise ValueError(f"{who} interacts with all but {int(free[m])} of the {n_items} items: fewer than "
-                             f"the {eval_negatives} evaluation negatives")
+        check_eval_negatives(ever, eval_negatives, user_ids)
         self.n_clients, self.n_items, self.dim = n_clients, n_items, dim
         self.step_size, self.tau, self.seed = step_size, tau, seed
         self.negatives, self.eval_negatives = negatives, eval_negatives

@@ -76,12 +76,25 @@ def build_learners(cfg: ExperimentConfig, stream) -> dict:
             learners[name] = Federated(clients(), None)
         elif name == "centralized":
             learners[name] = Centralized(M, d, task, eta, K, lc.radius)
-        elif name == "river":
-            if lc.radius is not None:
-                raise ValueError(f"baselines: river cannot be compared with learner.radius = {lc.radius}: River's "
-                                 f"models have no projection onto the ball; drop river from baselines or the radius")
+        elif name == "river":            # with learner.radius refused by the config (River has no projection)
             learners[name] = RiverClients(M, d, task, eta, K)
     return learners
+
+
+def check_learners(cfg: ExperimentConfig, stream) -> None:
+    """The checks of the learners against the stream, made before the run header is printed.
+
+    Raises
+    ------
+    ValueError
+        A streaming GMF run whose stream leaves some user fewer never-interacted items than
+        ``learner.gmf.eval_negatives`` (:func:`~streamfl.models.streaming_gmf.check_eval_negatives`).
+    """
+    if cfg.learner.model == "gmf":
+        from ..config import GMFConfig
+        from ..models.streaming_gmf import check_eval_negatives
+        check_eval_negatives(stream.ever, (cfg.learner.gmf or GMFConfig()).eval_negatives,
+                             getattr(stream, "user_ids", None))
 
 
 def build_gmf_clients(cfg: ExperimentConfig, stream, tau: int):
