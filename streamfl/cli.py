@@ -199,11 +199,13 @@ def _print_seeds(summary: dict):
             "heterogeneity.regime.noise_term", "heterogeneity.regime.temporal_term",
             "prequential_hr10", "avg_loss_per_interaction", "comparator.prequential_hr10"]   # the last 3: gmf runs
     keys += [k for k in iv if k.startswith("gaps.")]
+    estimate = summary.get("regret_static_is_estimate") is True        # gmf runs: an estimated comparator
     for key in keys:
         r = iv.get(key)
         if r and r["n"] and r["mean"] == r["mean"]:
             half = (r["hi"] - r["mean"]) if r["hi"] == r["hi"] else float("nan")
-            console.print(f"{key.replace('_', ' ')}: {r['mean']:.4f} ± {half:.4f}  (n = {r['n']})")
+            label = key.replace('_', ' ') + (" (ESTIMATE)" if estimate and key == "regret_static" else "")
+            console.print(f"{label}: {r['mean']:.4f} ± {half:.4f}  (n = {r['n']})")
     for p in summary.get("plots", []):
         console.print(f"plot: {p}", soft_wrap=True)
 

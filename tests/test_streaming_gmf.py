@@ -344,3 +344,21 @@ def test_too_few_negatives_names_the_user_id_of_the_file(tmp_path):
     with pytest.raises(ValueError, match=r"^user 196 \(client 0\) interacts with all but 0 of the 2 items: fewer "
                                          r"than the 100 evaluation negatives \(learner\.gmf\.eval_negatives\)$"):
         StreamingGMF(s.n_clients, s.n_items, StepSize("constant", 0.1), s.ever, 10, user_ids=s.user_ids)
+
+
+def test_seeds_run_labels_the_regret_an_estimate(tmp_path):
+    users, items, times = synthetic(n_users=10, per_user=5)
+    (tmp_path / "data").mkdir()
+    write_udata(tmp_path / "data" / "u.data", users, items, times)
+    (tmp_path / "x.yaml").write_text("name: cli\nsteps: null\nsource: {kind: movielens, path: data}\n"
+                                     "learner: {model: gmf, tau: 2, step_size: {eta: 1.0}, "
+                                     "gmf: {dim: 3, eval_negatives: 20}}\n")
+    exe = Path(sys.executable).with_name("streamfl")
+    out = subprocess.run([str(exe), "run", "--config", "x.yaml", "--no-live", "--no-plots", "--out", "r",
+                          "--seeds", "2"], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["regret_static_is_estimate"] is True
+    r = summary["intervals"]["regret_static"]
+    assert f"regret static (ESTIMATE): {r['mean']:.4f} ± {r['hi'] - r['mean']:.4f}  (n = 2)" in out.stdout
