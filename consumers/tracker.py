@@ -425,6 +425,7 @@ def _track(cfg, stream, bootstrap, run_id, run_dir, topics, on_chunk, check, tim
     if gmf:              # the embedded run's GMF summary keys (streamfl.runtime.experiment._run_gmf)
         from streamfl.runtime.experiment import _add_columns
         _add_columns(sink.path, tracker.static_columns)
+        del summary["n_features"]      # items, not features: n_items below
         summary.update({"model": "gmf", "n_items": stream.n_items, "task": "bce (implicit feedback)",
                         "chunk_size_used": cfg.chunk_size, "bottleneck": None,
                         "bytes_up": int(up[-1]) if up is not None else 0,

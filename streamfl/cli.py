@@ -52,6 +52,7 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         broker: Optional[str] = typer.Option(None, "--broker", help="Run FedSEA over this Kafka broker (HOST:PORT) instead of embedded; baselines are skipped."),
         workers: int = typer.Option(1, "--workers", min=1, help="With --broker: number of worker processes."),
         producers: int = typer.Option(1, "--producers", min=1, help="With --broker: number of producer processes (they share the data partitions; producing is CPU-bound)."),
+        partitions: Optional[int] = typer.Option(None, "--partitions", min=1, help="With --broker: P, partitions of the data topic (client m → partition m mod P; default M, one per client; at least --workers)."),
         keep_topics: bool = typer.Option(False, "--keep-topics", help="With --broker: keep the run's topics on the broker (e.g. to `streamfl replay` its data topic later; the run id is in summary.json under transport.run_id)."),
         metrics_port: Optional[int] = typer.Option(None, "--metrics-port", min=0, max=65535, help="With --broker: serve the tracker's Prometheus metrics on this port (e.g. 9464) during the run."),
         metrics_linger: float = typer.Option(0.0, "--metrics-linger", min=0, help="With --metrics-port: keep serving this many seconds after the summary is written (so the final regrets get scraped).")):
@@ -60,9 +61,9 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         _fail("--seeds runs embedded; over Kafka run one seed per run (--seed)")
     if broker is not None:
         return _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep_topics, metrics_port,
-                               producers, metrics_linger)
-    if keep_topics or metrics_port is not None or workers != 1 or producers != 1:
-        _fail("--workers, --producers, --keep-topics and --metrics-port need --broker HOST:PORT")
+                               producers, metrics_linger, partitions)
+    if keep_topics or metrics_port is not None or workers != 1 or producers != 1 or partitions is not None:
+        _fail("--workers, --producers, --partitions, --keep-topics and --metrics-port need --broker HOST:PORT")
     try:
         cfg = _resolve(out, config, steps, seed)
     except USER_ERRORS as e:
@@ -403,7 +404,7 @@ def _given(args: list[str], opts) -> str | None:
 
 
 def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep_topics=False, metrics_port=None,
-                    producers=1, metrics_linger=0.0):
+                    producers=1, metrics_linger=0.0, partitions=None):
     """``run --broker``: FedSEA over a real Kafka broker (see :mod:`streamfl.runtime.kafka_run`)."""
     try:
         cfg = _resolve(out, config, steps, seed)
@@ -432,7 +433,7 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
         with view:
             summary = run_kafka_experiment(cfg, broker, workers=workers, run_dir=out, on_chunk=view,
                                            plots=plots and cfg.output.plots, keep_topics=keep_topics,
-                                           producers=producers)
+                                           producers=producers, partitions=partitions)
     except (BrokerUnavailable, KafkaRunError) + USER_ERRORS as e:
         _fail(_message(e))
     except Exception as e:  # e.g. the tracker's TrackerError (metrics port taken)

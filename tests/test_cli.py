@@ -87,7 +87,7 @@ def test_diverging_run_is_one_line(tmp_path):
 def test_kafka_options_without_broker_are_refused(tmp_path):
     proc = cli(tmp_path, "run", "--producers", "2", "--no-live", "--out", "r")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip() == "error: --workers, --producers, --keep-topics and --metrics-port need --broker HOST:PORT"
+    assert proc.stderr.strip() == "error: --workers, --producers, --partitions, --keep-topics and --metrics-port need --broker HOST:PORT"
     assert not (tmp_path / "r").exists()
 
 

@@ -88,10 +88,11 @@ def test_run_over_kafka_from_another_folder(tmp_path, embedded):
     repo_before = sorted(p.name for p in ROOT.iterdir())
     cwd = _folder(tmp_path)
     proc = _cli(cwd, "run", "--broker", BOOTSTRAP, "--config", "exp/exp.yaml", "--out", "kafka", "--no-live",
-                "--workers", "2")
+                "--workers", "2", "--partitions", "2")
     assert proc.returncode == 0, proc.stderr
     got = _run(cwd / "kafka")
     _assert_same_numbers(got, embedded)
+    assert got[0]["transport"]["partitions"] == 2          # --partitions reaches the run (default: one per client)
     assert got[0]["run_dir"] == str((cwd / "kafka").resolve())
     assert got[0]["config"]["source"]["path"] == str((cwd / "exp" / "table.csv").resolve())
     logs = sorted(p.name for p in (cwd / "kafka" / "logs").iterdir())
