@@ -30,12 +30,22 @@ The logit (:mod:`streamfl.models.ncf`) is z = hᵀ [p^G ⊙ q^G_i ; x_L] + b wit
 x_0 = [p^M; q^M_i] and x_l = ReLU(W_l x_{l−1} + b_l): MLP is D_g = 0, NeuMF
 the GMF part first, exactly as ``NeuMF.forward`` concatenates them.
 
-Cost per client step, B the batch, D_g the GMF size, F = Σ_l in_l·out_l the
-tower's weights (1,512 for FedNCF's (48, 24, 12, 6)): O(B · (F + D_g + L))
-for forward and backward, O(T + D_g + E) for Adam on the dense weights and
-the user row, plus O(B · (D_g + E)) for the item rows (lazy) or O(R · (D_g + E))
-(dense, R the rows used so far; rows never used have zero gradient and
-moments, which Adam leaves unchanged, so they are skipped).
+**Work per step.** The B samples of a step go through each layer side by
+side (activations stored sample-innermost, so the inner loops run over the
+batch). The user half of x_0 is the same for every sample of a step, so the
+user columns of W_0 (out_1 × E) are applied once per step and their
+gradient is one outer product with the step's summed δ. Summation order
+differs from torch's, so results agree to float64 rounding, not bit for bit.
+
+Cost per client step, B the batch, D_g the GMF size, E = layers[0]/2,
+F = Σ_l in_l·out_l the tower's weights (1,512 for FedNCF's (48, 24, 12, 6),
+of which E·out_1 = 576 act on the user half): O(B · (F − E·out_1 + D_g + L)
++ E·out_1) for forward and backward, O(T + D_g + E) for Adam on the dense
+weights and the user row, plus O(B · (D_g + E)) for the item rows (lazy) or
+O(R · (D_g + E)) (dense, R the rows used so far; rows never used have zero
+gradient and moments, which Adam leaves unchanged, so they are skipped).
+Adam on the T ≈ F dense weights at every step is a floor: a client step
+costs about as much as (B + 1) samples' forward passes.
 """
 
 from __future__ import annotations
@@ -69,7 +79,7 @@ def _sparse_adam(p, g, m, v, sparse_step):  # pragma: no cover - compiled
         g[d] = 0.0
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath={"reassoc", "contract"})
 def ncf_local_training(Pu, Q, theta, sizes, dg, items, labels, w, n_steps, lr, lazy, losses):  # pragma: no cover - compiled
     """Local Adam training of K MLP (``dg`` = 0) or NeuMF clients, in place.
 
@@ -124,8 +134,9 @@ def ncf_local_training(Pu, Q, theta, sizes, dg, items, labels, w, n_steps, lr, l
     a_total += L
     hoff = off
     bias_off = hoff + dg + L
-    x = np.zeros(a_total)                    # activations x_0 … x_L of one sample
-    delta = np.zeros(a_total)                # ∂loss/∂x_l (then ∂loss/∂(pre-activation))
+    x = np.zeros((a_total, Bt))              # activations x_0 … x_L of the step's samples (sample innermost)
+    delta = np.zeros((a_total, Bt))          # ∂loss/∂x_l (then ∂loss/∂(pre-activation))
+    gz = np.zeros(Bt)                        # ∂loss/∂z per sample
     top = aoff[nl]
     for k in range(K):
         mU = np.zeros(De)
@@ -151,70 +162,100 @@ def ncf_local_training(Pu, Q, theta, sizes, dg, items, labels, w, n_steps, lr, l
             for s in range(Bt):
                 nw += w[k, j, s]
             nw = max(nw, 1.0)
-            loss = 0.0
             n_batch = 0
-            for s in range(Bt):
-                if w[k, j, s] == 0.0:
-                    continue
+            for s in range(Bt):                   # the step's rows; x_0's item half (padding: any row, g = 0)
                 i = items[k, j, s]
-                if not seen[i]:
-                    seen[i] = True
-                    rows[n_rows] = i
-                    n_rows += 1
-                if mark[i] != j:
-                    mark[i] = j
-                    batch_rows[n_batch] = i
-                    n_batch += 1
-                # forward: x_0 = [p^M; q^M_i], x_l = ReLU(W_l x_{l-1} + b_l)
+                if w[k, j, s] != 0.0:
+                    if not seen[i]:
+                        seen[i] = True
+                        rows[n_rows] = i
+                        n_rows += 1
+                    if mark[i] != j:
+                        mark[i] = j
+                        batch_rows[n_batch] = i
+                        n_batch += 1
                 for e in range(E):
-                    x[e] = p[dg + e]
-                    x[E + e] = q[i, dg + e]
-                for l in range(nl):
-                    n_in, n_out, a_in, a_out = sizes[l], sizes[l + 1], aoff[l], aoff[l + 1]
-                    for o in range(n_out):
-                        a = th[boff[l] + o]
-                        base = woff[l] + o * n_in
-                        for c in range(n_in):
-                            a += th[base + c] * x[a_in + c]
-                        x[a_out + o] = a if a > 0.0 else 0.0
+                    x[E + e, s] = q[i, dg + e]
+            # forward, the B samples side by side: x_l = ReLU(W_l x_{l-1} + b_l); x_0 = [p^M; q^M_i], whose
+            # user half is the same for every sample of the step, so W_0's user columns act once per step
+            for l in range(nl):
+                n_in, a_in, a_out = sizes[l], aoff[l], aoff[l + 1]
+                c0 = E if l == 0 else 0
+                for o in range(sizes[l + 1]):
+                    base = woff[l] + o * n_in
+                    a = th[boff[l] + o]
+                    for c in range(c0):
+                        a += th[base + c] * p[dg + c]
+                    for s in range(Bt):
+                        x[a_out + o, s] = a
+                    for c in range(c0, n_in):
+                        wv = th[base + c]
+                        for s in range(Bt):
+                            x[a_out + o, s] += wv * x[a_in + c, s]
+                    for s in range(Bt):
+                        if x[a_out + o, s] < 0.0:
+                            x[a_out + o, s] = 0.0
+            loss = 0.0
+            for s in range(Bt):
+                i = items[k, j, s]
                 z = th[bias_off]
                 for d in range(dg):
                     z += th[hoff + d] * p[d] * q[i, d]
                 for o in range(L):
-                    z += th[hoff + dg + o] * x[top + o]
+                    z += th[hoff + dg + o] * x[top + o, s]
                 y = labels[k, j, s]
                 loss += (max(z, 0.0) - z * y + math.log1p(math.exp(-abs(z)))) * w[k, j, s]
-                g = (1.0 / (1.0 + math.exp(-z)) - y) * w[k, j, s] / nw
-                # backward: prediction layer, GMF part
+                gz[s] = (1.0 / (1.0 + math.exp(-z)) - y) * w[k, j, s] / nw
+            # backward: prediction layer (GMF part per sample), then the tower top down
+            for s in range(Bt):
+                g = gz[s]
+                if w[k, j, s] == 0.0:
+                    continue
+                i = items[k, j, s]
                 gT[bias_off] += g
                 for d in range(dg):
                     gT[hoff + d] += g * p[d] * q[i, d]
                     gU[d] += g * th[hoff + d] * q[i, d]
                     gQ[i, d] += g * th[hoff + d] * p[d]
-                for o in range(L):
-                    gT[hoff + dg + o] += g * x[top + o]
-                    delta[top + o] = g * th[hoff + dg + o] if x[top + o] > 0.0 else 0.0
-                # the tower, top down (ReLU's derivative: 1 where its output is > 0, as torch)
-                for l in range(nl - 1, -1, -1):
-                    n_in, n_out, a_in, a_out = sizes[l], sizes[l + 1], aoff[l], aoff[l + 1]
+            for o in range(L):
+                hv = th[hoff + dg + o]
+                acc = 0.0
+                for s in range(Bt):
+                    acc += gz[s] * x[top + o, s]
+                    delta[top + o, s] = gz[s] * hv if x[top + o, s] > 0.0 else 0.0
+                gT[hoff + dg + o] += acc
+            for l in range(nl - 1, -1, -1):        # ReLU's derivative: 1 where its output is > 0, as torch
+                n_in, a_in, a_out = sizes[l], aoff[l], aoff[l + 1]
+                c0 = E if l == 0 else 0
+                for c in range(c0, n_in):
+                    for s in range(Bt):
+                        delta[a_in + c, s] = 0.0
+                for o in range(sizes[l + 1]):
+                    base = woff[l] + o * n_in
+                    sd = 0.0
+                    for s in range(Bt):
+                        sd += delta[a_out + o, s]
+                    gT[boff[l] + o] += sd
+                    for c in range(c0):             # the user half of x_0: one sum over the step's samples
+                        gT[base + c] += sd * p[dg + c]
+                        gU[dg + c] += th[base + c] * sd
+                    for c in range(c0, n_in):
+                        wv = th[base + c]
+                        acc = 0.0
+                        for s in range(Bt):
+                            acc += delta[a_out + o, s] * x[a_in + c, s]
+                            delta[a_in + c, s] += wv * delta[a_out + o, s]
+                        gT[base + c] += acc
+                if l > 0:
                     for c in range(n_in):
-                        delta[a_in + c] = 0.0
-                    for o in range(n_out):
-                        dl = delta[a_out + o]
-                        if dl == 0.0:
-                            continue
-                        gT[boff[l] + o] += dl
-                        base = woff[l] + o * n_in
-                        for c in range(n_in):
-                            gT[base + c] += dl * x[a_in + c]
-                            delta[a_in + c] += th[base + c] * dl
-                    if l > 0:
-                        for c in range(n_in):
-                            if x[a_in + c] <= 0.0:
-                                delta[a_in + c] = 0.0
-                for e in range(E):
-                    gU[dg + e] += delta[e]
-                    gQ[i, dg + e] += delta[E + e]
+                        for s in range(Bt):
+                            if x[a_in + c, s] <= 0.0:
+                                delta[a_in + c, s] = 0.0
+            for s in range(Bt):
+                if w[k, j, s] != 0.0:
+                    i = items[k, j, s]
+                    for e in range(E):
+                        gQ[i, dg + e] += delta[E + e, s]
             total += loss / nw
             t = j + 1
             step = lr / (1.0 - B1 ** t)
