@@ -44,8 +44,8 @@ of which E·out_1 = 576 act on the user half): O(B · (F − E·out_1 + D_g + L)
 weights and the user row, plus O(B · (D_g + E)) for the item rows (lazy) or
 O(R · (D_g + E)) (dense, R the rows used so far; rows never used have zero
 gradient and moments, which Adam leaves unchanged, so they are skipped).
-Adam on the T ≈ F dense weights at every step is a floor: a client step
-costs about as much as (B + 1) samples' forward passes.
+Adam on the T dense weights at every step does not shrink with B (about a
+third of the kernel's time on ML-100K at B = 8).
 """
 
 from __future__ import annotations
