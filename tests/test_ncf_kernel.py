@@ -138,3 +138,18 @@ def test_params_of_another_model_are_refused():
         train_ncf_compiled(p, None, model="neumf")
     with pytest.raises(ValueError, match=r"The 'model' parameter must be one of \['mlp', 'neumf'\]"):
         train_ncf_compiled(p, None, model="gmf")
+
+
+@pytest.mark.parametrize("lazy", [True, False], ids=["SparseAdam", "Adam"])
+@pytest.mark.parametrize("kind", ["mlp", "neumf"])
+def test_in_float64_the_compiled_round_equals_train_stacked_to_rounding(tmp_path, kind, lazy):
+    """With torch in float64 too, the only difference left is the order of the sums (float32 hides more)."""
+    fed, params, schedule = _round_inputs(tmp_path, kind)
+    params = {k: v.double() for k, v in params.items()}
+    schedule = LocalSchedule(inputs=schedule.inputs, labels=schedule.labels.double(), w=schedule.w.double(),
+                             n_steps=schedule.n_steps)
+    ref, _ = train_stacked(fed.client.double(), params, schedule, 1e-2, sparse=fed._sparse if lazy else None)
+    got, _ = train_ncf_compiled(params, schedule, 1e-2, lazy, model=kind)
+    for k in ref:
+        assert got[k].dtype == torch.float64
+        torch.testing.assert_close(got[k], ref[k], rtol=0, atol=1e-12, msg=k)
