@@ -10,8 +10,10 @@ clients — mini-batch BCE, torch's Adam for the network weights and
 embeddings, fresh optimiser state per call — with a hand-written forward and
 backward pass through the ReLU tower, the loops over clients, steps, samples
 and rows compiled by numba (in float64). The GMF counterpart is
-:mod:`streamfl.models.gmf_kernel`; ``tests/test_ncf_kernel.py`` checks that
-both kernels agree with the torch trainers.
+:mod:`streamfl.models.gmf_kernel`. ``tests/test_ncf_kernel.py`` checks this
+kernel against torch autograd with ``torch.optim.Adam``/``SparseAdam``
+(float64, to 1e-12) and against ``train_stacked`` (float32 and float64);
+``tests/test_ncf.py`` checks both kernels against the per-client torch loop.
 
 **One kernel for both models.** A client's parameters are packed as
 
