@@ -9,7 +9,8 @@ seed: same sampled users, negatives and shuffles), one thread:
   client parameters, the module run with ``functional_call``;
 * ``batched``: the stacked parameters through the module's own broadcasting
   forward, autograd on the sum of the clients' losses;
-* ``compiled`` (GMF only): the whole round's local training in one numba call.
+* ``compiled``: the whole round's local training in one numba call
+  (``streamfl/models/gmf_kernel.py`` for GMF, ``ncf_kernel.py`` for MLP and NeuMF).
 
 It prints milliseconds per aggregation round (K = 20 clients, 2 local epochs,
 B = ``--batch-size``) and checks that every trainer ends with the same model
@@ -75,7 +76,7 @@ def main(argv=None):
           f"(Python {platform.python_version()}, torch {torch.__version__}, 1 thread)")
     rows = []
     for model in a.models.split(","):
-        trainers = (["compiled"] if model == "gmf" else []) + ["batched", "vmap", "loop"]
+        trainers = ["compiled", "batched", "vmap", "loop"]
         rows += time_trainers(data, model, trainers, a.rounds, a.batch_size)
     print(f"{'model':<6} {'trainer':<9} {'ms/round':>10} {'vs loop':>8} {'max |Δ| vs loop':>16}")
     for r in rows:

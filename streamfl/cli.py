@@ -327,7 +327,7 @@ def reproduce_fedncf(
         models: str = typer.Option("gmf", "--models", help="Comma-separated: gmf (always needed), mlp, neumf."),
         batch_size: int = typer.Option(8, "--batch-size", min=1, help="Local mini-batch size B of the clients."),
         jobs: int = typer.Option(1, "--jobs", min=1, help="Runs in parallel processes (one core each)."),
-        trainer: str = typer.Option("compiled", "--trainer", help="How federated GMF clients train: compiled, batched, vmap or loop.")):
+        trainer: str = typer.Option("compiled", "--trainer", help="How federated clients (GMF, MLP, NeuMF) train: compiled, batched, vmap or loop.")):
     """FedNCF (paper 003) on MovieLens 100K: GMF with MF-FedAvg, FedAvg and SimpleAvg, centralized and ItemPop bounds."""
     from datetime import datetime
 

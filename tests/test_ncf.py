@@ -11,6 +11,7 @@ from streamfl.evaluation import hit_ratio, ndcg, ranks_with_random_ties
 from streamfl.generators.movielens import load_ml100k
 from streamfl.models.gmf_kernel import train_gmf_compiled
 from streamfl.models.ncf import GMF, MLP, NeuMF, build, neumf_from_pretrained
+from streamfl.models.ncf_kernel import train_ncf_compiled
 from streamfl.models.stacked_torch import LocalSchedule, train_loop, train_stacked
 from streamfl.runtime.fedncf import (CentralizedNCF, FederatedNCF, NCFSettings, evaluate, item_pop, round_samples,
                                      submodels)
@@ -169,7 +170,7 @@ def _round(tmp_path, kind, K=4):
 
 
 @pytest.mark.parametrize("sparse", [True, False], ids=["SparseAdam", "Adam"])
-@pytest.mark.parametrize("kind", ["gmf", "neumf"])
+@pytest.mark.parametrize("kind", ["gmf", "mlp", "neumf"])
 def test_stacked_trainers_equal_the_per_client_torch_loop(tmp_path, kind, sparse):
     fed, params, schedule = _round(tmp_path, kind)
     sp = fed._sparse if sparse else None
@@ -178,6 +179,8 @@ def test_stacked_trainers_equal_the_per_client_torch_loop(tmp_path, kind, sparse
             "vmap": train_stacked(fed.client, params, schedule, 1e-2, method="vmap", sparse=sp)}
     if kind == "gmf":
         outs["compiled"] = train_gmf_compiled(params, schedule, 1e-2, lazy=sparse)
+    else:
+        outs["compiled"] = train_ncf_compiled(params, schedule, 1e-2, lazy=sparse, model=kind)
     for name, (p, loss) in outs.items():
         for k in ref:
             torch.testing.assert_close(p[k], ref[k], rtol=1e-4, atol=1e-5, msg=f"{name} {k}")
@@ -228,8 +231,8 @@ def test_centralized_and_settings_errors(tmp_path):
     assert [h["epoch"] for h in hist] == [1, 2] and 0 <= hist[-1]["hr"] <= 1
     with pytest.raises(ValueError, match="The 'rule' parameter must be one of \\['mf_fedavg', 'fedavg', 'simple_avg'\\]"):
         FederatedNCF(d, NCFSettings(), rule="fedprox")
-    with pytest.raises(ValueError, match="trainer='compiled' exists for model 'gmf' only"):
-        FederatedNCF(d, NCFSettings(model="mlp"), trainer="compiled")
+    with pytest.raises(ValueError, match="The 'trainer' parameter must be one of \\['compiled', 'batched', 'vmap', 'loop'\\]"):
+        FederatedNCF(d, NCFSettings(model="mlp"), trainer="numba")
     with pytest.raises(ValueError, match="The 'embedding_adam' setting must be 'sparse' or 'dense'"):
         NCFSettings(embedding_adam="lazy")
 

@@ -10,6 +10,10 @@ Runs, for each seed:
   (MF-FedAvg) MLP, and NeuMF started from the GMF and MLP of the same
   setting (NCF's pretraining, α = 0.5), trained for the same budget.
 
+Federated clients of every model train with ``trainer`` (default
+``compiled``: the numba kernels of :mod:`streamfl.models.gmf_kernel` and
+:mod:`streamfl.models.ncf_kernel`).
+
 The seed drives the initial models, client sampling, negatives, shuffles,
 tie-breaks and the 100 test negatives of every user. Runs are independent
 and can be spread over processes (``jobs``). Every figure is reported as
@@ -60,7 +64,7 @@ def _task(kind: str, model: str, rule: str | None, seed: int, data_path: str, se
         history = CentralizedNCF(data, s, seed=seed, init=init).run(epochs)
     else:
         init = _pretrained(data, s, seed, rounds, epochs, trainer, federated=True) if model == "neumf" else None
-        fed = FederatedNCF(data, s, rule, seed=seed, trainer=trainer if model == "gmf" else "batched", init=init)
+        fed = FederatedNCF(data, s, rule, seed=seed, trainer=trainer, init=init)
         history = fed.run(rounds)
     return {"kind": kind, "model": model, "rule": rule, "seed": seed, "history": history,
             "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
@@ -73,7 +77,7 @@ def _pretrained(data, s: NCFSettings, seed: int, rounds: int, epochs: int, train
     for model in ("gmf", "mlp"):
         ps = replace(s, model=model)
         if federated:
-            f = FederatedNCF(data, ps, "mf_fedavg", seed=seed, trainer=trainer if model == "gmf" else "batched")
+            f = FederatedNCF(data, ps, "mf_fedavg", seed=seed, trainer=trainer)
             f.run(rounds)
             parts[model] = f.model
         else:
@@ -139,7 +143,7 @@ def reproduce(data_path: str | Path, out: Path, seeds: int = 3, global_rounds: i
                 log(f"  {_label(run)}, seed {run['seed']}: HR@10 {run['history'][-1]['hr']:.4f} ({run['seconds']:.0f} s)")
     wall = time.perf_counter() - t0
     result = {"settings": settings_dict(settings), "global_rounds": global_rounds, "centralized_epochs": epochs,
-              "seeds": seeds, "models": list(models), "trainer_gmf": trainer, "jobs": jobs,
+              "seeds": seeds, "models": list(models), "trainer": trainer, "jobs": jobs,
               "data": data.info, "wall_seconds": wall, "runs": [{**r, "label": _label(r)} for r in runs]}
     (out / "results.json").write_text(json.dumps(result, indent=2))
     return render(out)

@@ -26,11 +26,12 @@ sampled negatives, ties broken at random) runs after every global round, each
 user scored with its own user embedding and the global item and network
 weights.
 
-The K clients of a round train at once over stacked parameters
-(:func:`~streamfl.models.stacked_torch.train_stacked`, ``trainer="batched"``
-or ``"vmap"``); ``trainer="loop"`` trains them one after another with
-``torch.optim.Adam`` (same numbers; the fastest is the default, timings in
-``docs/fedncf.md``).
+The K clients of a round train at once: ``trainer="compiled"`` in one numba
+call (:mod:`streamfl.models.gmf_kernel` for GMF, :mod:`streamfl.models.ncf_kernel`
+for MLP and NeuMF; float64), ``"batched"`` or ``"vmap"`` over stacked torch
+parameters (:func:`~streamfl.models.stacked_torch.train_stacked`);
+``trainer="loop"`` trains them one after another with ``torch.optim.Adam``
+(same numbers up to float32 rounding; timings in ``docs/fedncf.md``).
 
 Each client downloads only the item rows it trains on in the round (its
 submodel: its positives and sampled negatives) and sends back their deltas
@@ -59,6 +60,7 @@ from ..evaluation import hit_ratio, ndcg, ranks_with_random_ties
 from ..generators.movielens import ImplicitData
 from ..models import ncf
 from ..models.gmf_kernel import train_gmf_compiled
+from ..models.ncf_kernel import train_ncf_compiled
 from ..models.stacked_torch import LocalSchedule, train_loop, train_stacked
 
 RULES = ("mf_fedavg", "fedavg", "simple_avg")
@@ -254,8 +256,11 @@ class FederatedNCF:
     rule : {"mf_fedavg", "fedavg", "simple_avg"}
     seed : int
         Seeds the initial model, client sampling, negatives, shuffling and tie-breaks.
-    trainer : {"batched", "vmap", "loop"}
-        How the round's clients train (:mod:`streamfl.models.stacked_torch`).
+    trainer : {"compiled", "batched", "vmap", "loop"}
+        How the round's clients train: ``compiled`` with the numba kernel of
+        the model (:mod:`streamfl.models.gmf_kernel`,
+        :mod:`streamfl.models.ncf_kernel`), the others with
+        :mod:`streamfl.models.stacked_torch`.
     init : torch.nn.Module or None
         A full model (all users) to start from (e.g. a NeuMF built from a
         federated GMF and MLP); its user tables become the clients' user embeddings.
@@ -276,8 +281,6 @@ class FederatedNCF:
             raise ValueError(f"The 'rule' parameter must be one of {list(RULES)}. Got {rule!r} instead.")
         if trainer not in TRAINERS:
             raise ValueError(f"The 'trainer' parameter must be one of {list(TRAINERS)}. Got {trainer!r} instead.")
-        if trainer == "compiled" and settings.model != "gmf":
-            raise ValueError(f"trainer='compiled' exists for model 'gmf' only; use 'batched' for {settings.model!r}.")
         self.data, self.s, self.rule, self.seed, self.trainer = data, settings, rule, seed, trainer
         gen = torch.Generator().manual_seed(seed)
         self.model = init if init is not None else ncf.build(settings.model, data.n_users, data.n_items,
@@ -319,8 +322,10 @@ class FederatedNCF:
         sparse = self._sparse if s.embedding_adam == "sparse" else None
         if self.trainer == "loop":
             new, losses = train_loop(self.client, params, schedule, s.lr, sparse=sparse)
-        elif self.trainer == "compiled":
+        elif self.trainer == "compiled" and s.model == "gmf":
             new, losses = train_gmf_compiled(params, schedule, s.lr, lazy=sparse is not None)
+        elif self.trainer == "compiled":
+            new, losses = train_ncf_compiled(params, schedule, s.lr, lazy=sparse is not None, model=s.model)
         else:
             new, losses = train_stacked(self.client, params, schedule, s.lr, method=self.trainer, sparse=sparse)
         with torch.no_grad():
