@@ -326,6 +326,7 @@ def reproduce_fedncf(
         epochs: int = typer.Option(20, "--epochs", min=1, help="Epochs of the centralized upper bound."),
         models: str = typer.Option("gmf", "--models", help="Comma-separated: gmf (always needed), mlp, neumf."),
         batch_size: int = typer.Option(8, "--batch-size", min=1, help="Local mini-batch size B of the clients."),
+        embedding_adam: str = typer.Option("sparse", "--embedding-adam", help="Optimiser of the embeddings: sparse (SparseAdam: a row moves only at steps that use it) or dense (torch's Adam on every row used so far)."),
         jobs: int = typer.Option(1, "--jobs", min=1, help="Runs in parallel processes (one core each)."),
         trainer: str = typer.Option("compiled", "--trainer", help="How federated clients (GMF, MLP, NeuMF) train: compiled, batched, vmap or loop.")):
     """FedNCF (paper 003) on MovieLens 100K: GMF with MF-FedAvg, FedAvg and SimpleAvg, centralized and ItemPop bounds."""
@@ -337,10 +338,13 @@ def reproduce_fedncf(
         _check_out(out)
         if trainer not in TRAINERS:
             raise ValueError(f"--trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
+        if embedding_adam not in ("sparse", "dense"):
+            raise ValueError(f"--embedding-adam must be sparse or dense; got {embedding_adam!r}")
         names = tuple(m.strip() for m in models.split(",") if m.strip())
         folder = out or Path("runs") / f"fedncf-{datetime.now():%Y%m%d-%H%M%S}"
         result = reproduce(data, folder, seeds=seeds, global_rounds=rounds, epochs=epochs, models=names,
-                           settings=NCFSettings(batch_size=batch_size, global_rounds=rounds), jobs=jobs, trainer=trainer,
+                           settings=NCFSettings(batch_size=batch_size, global_rounds=rounds,
+                                                embedding_adam=embedding_adam), jobs=jobs, trainer=trainer,
                            log=lambda s: console.print(s, highlight=False, soft_wrap=True))
     except USER_ERRORS as e:
         _fail(_message(e))

@@ -268,6 +268,10 @@ def test_reproduce_fedncf_command_writes_results_and_plots(tmp_path, monkeypatch
                              timeout=120, cwd=tmp_path)
     assert missing.returncode == 2 and "MovieLens 100K file not found" in missing.stderr
     assert "Traceback" not in missing.stderr and not (tmp_path / "rep2").exists()
+    bad = subprocess.run(cmd[:6] + [str(data), "--out", "rep3", "--embedding-adam", "lazy"], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip() == "error: --embedding-adam must be sparse or dense; got 'lazy'"
+    assert not (tmp_path / "rep3").exists()
 
 
 @pytest.mark.parametrize("rule", ["mf_fedavg", "fedavg", "simple_avg"])
