@@ -401,8 +401,6 @@ class SweepConfig(_Model):
 
     @model_validator(mode="after")
     def _check(self):
-        if "source.clients" not in self.parameters:
-            raise ValueError("sweep.parameters must include source.clients: the comparison plot is regret against M")
         for key, values in self.parameters.items():
             seen = []
             for v in values:
@@ -453,6 +451,25 @@ class ExperimentConfig(_Model):
             raise ValueError(f"name: a run name has at most {NAME_MAX} characters (got {len(name)}: "
                              f"{name[:20]!r}…); the run folder is <name>-<timestamp>")
         return name
+
+    @model_validator(mode="after")
+    def _sweep_paths_exist(self):
+        """Every swept path names a field (checked first: other messages would hide a misspelt path), and
+        ``source.clients`` is swept."""
+        for key in (self.sweep.parameters if self.sweep is not None else ()):
+            node, walked = self, []
+            for part in key.split("."):
+                if not isinstance(node, BaseModel):
+                    break                     # a mapping (e.g. River params) or a section left unset: checked per run
+                if part not in type(node).model_fields:
+                    where = ".".join(walked) or "the experiment"
+                    known = ", ".join(sorted(type(node).model_fields))
+                    raise ValueError(f"sweep.parameters.{key}: {where} has no field {part!r} (fields: {known})")
+                node = getattr(node, part)
+                walked.append(part)
+        if self.sweep is not None and "source.clients" not in self.sweep.parameters:
+            raise ValueError("sweep.parameters must include source.clients: the comparison plot is regret against M")
+        return self
 
     @model_validator(mode="after")
     def _model_fits_source(self):

@@ -55,6 +55,13 @@ def test_an_empty_file_is_the_default_experiment():
     ({"seed": -1}, "config error: seed: Input should be greater than or equal to 0 (got -1)"),
     ({"sweep": {"parameters": {"learner.tau": [1, 10]}}},
      "config error: sweep.parameters must include source.clients: the comparison plot is regret against M"),
+    # a misspelt path is named before any other sweep or cross-field message (the metric's was shown instead)
+    ({"sweep": {"parameters": {"source.clients": [2, 4], "learner.etaa": [1, 2]}}},
+     "config error: sweep.parameters.learner.etaa: learner has no field 'etaa' (fields: batch_size, compression, "
+     "gmf, model, radius, step_size, tau, weighting)"),
+    ({"sweep": {"parameters": {"source.foo": [1, 2]}}},
+     "config error: sweep.parameters.source.foo: source has no field 'foo' (fields: adversary, clients, covariate, "
+     "dim, drift, feature_scale, heterogeneity, heterogeneity_change, kind, noise, radius, tails, task)"),
     ({"sweep": {"parameters": {"source.clients": [1, 4]}, "labels": {"source.clients": ["one"]}}},
      "config error: sweep.labels.source.clients has 1 labels for 2 values"),
     ({"sweep": {"parameters": {"source.clients": []}}},
