@@ -351,3 +351,25 @@ def test_a_u_data_without_a_user_of_five_interactions_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"u\.data: no user has 5 or more interactions \(2 user\(s\) with fewer "
                                          r"dropped, FedNCF §5\.1\): nothing to train or hold out$"):
         load_ml100k(tmp_path)
+
+
+def test_models_figure_is_drawn_when_mlp_or_neumf_ran(tmp_path):
+    from streamfl.reproduce.fedncf import render
+
+    def hist(hr, loss):
+        return [{"global_round": i + 1, "hr": h, "ndcg": h / 2, "loss": l} for i, (h, l) in enumerate(zip(hr, loss))]
+    runs = [{"kind": "itempop", "model": "gmf", "rule": None, "seed": s, "history": hist([0.4], [0.0]),
+             "seconds": 0.0, "cpu_seconds": 0.0} for s in (0, 1)]
+    for model in ("gmf", "mlp"):
+        runs += [{"kind": "federated", "model": model, "rule": "mf_fedavg", "seed": s,
+                  "history": hist([0.3, 0.5], [0.5, 0.4 + s]), "seconds": 1.0, "cpu_seconds": 1.0} for s in (0, 1)]
+        runs += [{"kind": "central", "model": model, "rule": None, "seed": s, "history": hist([0.6], [0.3]),
+                  "seconds": 1.0, "cpu_seconds": 1.0} for s in (0, 1)]
+    (tmp_path / "results.json").write_text(__import__("json").dumps({"runs": runs}))
+    render(tmp_path)
+    assert (tmp_path / "models.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    runs = [r for r in runs if r["model"] == "gmf"]                 # GMF only: no models figure
+    (tmp_path / "models.png").unlink()
+    (tmp_path / "results.json").write_text(__import__("json").dumps({"runs": runs}))
+    render(tmp_path)
+    assert not (tmp_path / "models.png").exists()

@@ -55,11 +55,60 @@ def plot_final(summary: dict, path: Path) -> Path:
         ax.barh(y, [summary[k][key] for k in labels], xerr=[summary[k][key + "_std"] for k in labels],
                 color=["grey" if k == "ItemPop" else "tab:orange" if k.startswith("centralized") else "tab:blue"
                        for k in labels], capsize=3)
-        for i, k in enumerate(labels):
-            ax.text(summary[k][key], i, f" {summary[k][key]:.3f}", va="center", fontsize=8)
+        for i, k in enumerate(labels):        # past the error bar, so the two never overlap
+            ax.text(summary[k][key] + summary[k][key + "_std"], i, f" {summary[k][key]:.3f}", va="center",
+                    fontsize=8)
         ax.set_title(f"{title} (mean ± std over seeds)")
         ax.set_xlim(0, max(summary[k][key] + summary[k][key + "_std"] for k in labels) * 1.25)
     axes[0].set_yticks(y, labels, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+MODEL_STYLE = {"gmf": ("GMF", "tab:red"), "mlp": ("MLP", "tab:purple"), "neumf": ("NeuMF", "tab:brown")}
+
+
+def plot_model_curves(runs: list[dict], path: Path) -> Path:
+    """Federated GMF, MLP and NeuMF (MF-FedAvg) per global round: HR@10 and the clients' mean local loss.
+
+    Left: HR@10, mean ± std over seeds, with each model's centralized final value (dashed) and
+    ItemPop (dotted). Right: the mean local training loss of the round's clients (BCE, nats), one line
+    per seed on a log scale, where a federated model that diverges shows as a rising loss.
+    """
+    plt = _plt()
+    fig, (ax, lx) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for model, (name, color) in MODEL_STYLE.items():
+        hs = [r["history"] for r in runs if r["kind"] == "federated" and r["model"] == model
+              and r["rule"] == "mf_fedavg"]
+        if not hs:
+            continue
+        hr = np.array([[h["hr"] for h in hist] for hist in hs])
+        x = np.array([h["global_round"] for h in hs[0]])
+        m, s = hr.mean(axis=0), hr.std(axis=0)
+        ax.plot(x, m, color=color, label=f"federated {name} (MF-FedAvg)")
+        ax.fill_between(x, m - s, m + s, color=color, alpha=0.2)
+        for k, hist in enumerate(hs):
+            lx.plot(x, [h["loss"] for h in hist], color=color, lw=1, alpha=0.8,
+                    label=f"federated {name}" if k == 0 else None)
+        central = [r["history"][-1]["hr"] for r in runs if r["kind"] == "central" and r["model"] == model]
+        if central:
+            ax.axhline(np.mean(central), color=color, ls="--", lw=1,
+                       label=f"centralized {name} (final): {np.mean(central):.3f}")
+    pop = [r["history"][-1]["hr"] for r in runs if r["kind"] == "itempop"]
+    if pop:
+        ax.axhline(np.mean(pop), color="k", ls=":", lw=1, label=f"ItemPop: {np.mean(pop):.3f}")
+    n = len({r["seed"] for r in runs})
+    ax.set_xlabel("global round (every user trained once)")
+    ax.set_ylabel("HR@10")
+    ax.set_title(f"HR@10 by model (mean ± std, {n} seeds)")
+    ax.legend(fontsize=7, loc="lower right")
+    lx.set_yscale("log")
+    lx.set_xlabel("global round")
+    lx.set_ylabel("mean local training loss (BCE, nats)")
+    lx.set_title("clients' local loss, one line per seed")
+    lx.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

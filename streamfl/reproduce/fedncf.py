@@ -27,8 +27,10 @@ on the means).
 Writes into the run folder: ``results.json`` (settings, data report,
 per-run histories, summary, the checks and wall times), ``results.csv``
 (one row per run and evaluation), ``hr_gmf.png`` (HR@10 of the GMF rules per
-global round, centralized and ItemPop as references, mean ± std bands) and
-``final.png`` (final HR@10 and NDCG@10 of every method, mean ± std).
+global round, centralized and ItemPop as references, mean ± std bands),
+``final.png`` (final HR@10 and NDCG@10 of every method, mean ± std) and, when
+MLP or NeuMF ran, ``models.png`` (HR@10 and the clients' local loss per global
+round for federated GMF, MLP and NeuMF).
 """
 
 from __future__ import annotations
@@ -165,9 +167,11 @@ def render(out: Path) -> dict:
         result["checks"]["global rounds at which MF-FedAvg > FedAvg > SimpleAvg (mean HR@10)"] = ordered_rounds(runs)
     (out / "results.json").write_text(json.dumps(result, indent=2))
     _write_csv(out / "results.csv", runs)
-    from ..report.fedncf import plot_final, plot_gmf_curves
+    from ..report.fedncf import plot_final, plot_gmf_curves, plot_model_curves
     plot_gmf_curves(runs, out / "hr_gmf.png")
     plot_final(result["summary"], out / "final.png")
+    if any(r["model"] != "gmf" for r in runs):
+        plot_model_curves(runs, out / "models.png")
     return result
 
 
