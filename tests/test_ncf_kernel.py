@@ -81,15 +81,7 @@ def _round_inputs(tmp_path, kind, K=5):
     users = np.arange(K)
     rs = round_samples(d, users, 4, 8, 2, np.random.default_rng(0))
     sub = submodels(rs.owner, rs.items, K, d.n_items)
-    state = dict(fed.model.named_parameters())
-    params = {}
-    for name, t in fed.client.named_parameters():
-        if name in fed.model.user_tables:
-            params[name] = state[name].detach()[torch.from_numpy(users)][:, None, :].clone()
-        elif name in fed.model.item_tables:
-            params[name] = state[name].detach()[torch.from_numpy(sub.index)].clone()
-        else:
-            params[name] = state[name].detach().unsqueeze(0).expand(K, *t.shape).clone()
+    params = fed.client_params(users, sub)
     schedule = LocalSchedule.from_samples(K, 8, rs.owner, rs.step, rs.col, (np.zeros_like(rs.owner), sub.local),
                                           rs.labels)
     return fed, params, schedule

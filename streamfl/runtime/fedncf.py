@@ -302,21 +302,34 @@ class FederatedNCF:
             return mf_fedavg(r)
         return fedavg(r, "samples") if self.rule == "fedavg" else simple_avg(r)
 
-    def run_round(self, users: np.ndarray) -> float:
-        """One aggregation round with the clients ``users``; returns their mean local loss."""
-        m, s = self.model, self.s
+    def client_params(self, users: np.ndarray, sub: Submodels) -> dict:
+        """What the round's K clients start from, stacked with the client axis first.
+
+        Each client's own user row (K, 1, D) per user table, its submodel's item rows (the client
+        downloads only those; ``sub.index``, shape (K, U, D)) per item table, and a copy of the global
+        network weights (K, ...) per dense parameter; copies, so training leaves the global model alone.
+        """
+        m = self.model
         K = len(users)
         state = dict(m.named_parameters())
         params = {}
         for name, t in self.client.named_parameters():
             if name in m.user_tables:
                 params[name] = state[name].detach()[torch.from_numpy(users)][:, None, :].clone()
-            elif name not in m.item_tables:
+            elif name in m.item_tables:
+                params[name] = state[name].detach()[torch.from_numpy(sub.index)].clone()
+            else:
                 params[name] = state[name].detach().unsqueeze(0).expand(K, *t.shape).clone()
+        return params
+
+    def run_round(self, users: np.ndarray) -> float:
+        """One aggregation round with the clients ``users``; returns their mean local loss."""
+        m, s = self.model, self.s
+        K = len(users)
+        state = dict(m.named_parameters())
         rs = round_samples(self.data, users, s.negatives, s.batch_size, s.local_epochs, self.rng)
         sub = submodels(rs.owner, rs.items, K, self.data.n_items)
-        for name in m.item_tables:                            # the client downloads its rows only
-            params[name] = state[name].detach()[torch.from_numpy(sub.index)].clone()
+        params = self.client_params(users, sub)
         schedule = LocalSchedule.from_samples(K, s.batch_size, rs.owner, rs.step, rs.col,
                                               (np.zeros_like(rs.owner), sub.local), rs.labels)
         sparse = self._sparse if s.embedding_adam == "sparse" else None
