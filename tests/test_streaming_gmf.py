@@ -178,14 +178,27 @@ def test_engine_equals_a_hand_loop(tmp_path):
     run_stream(s, {"fedsea": fed}, tracker, "fedsea", 3)
     hand = Federated(make(), 2, MFFedAvg())
     total, hits = 0.0, 0
+    client_loss, client_hits, client_n = np.zeros(12), np.zeros(12), np.zeros(12)
     for chunk in s.chunks(100):
         for i in range(chunk.n_steps):
-            loss = hand.step(chunk.X[i], chunk.y[i], chunk.t0 + i + 1, chunk.mask[i])
-            total += float(loss[chunk.mask[i]].mean())
-            hits += int((hand.clients.observations()["rank"][chunk.mask[i]] <= 10).sum())
+            m = chunk.mask[i]
+            loss = hand.step(chunk.X[i], chunk.y[i], chunk.t0 + i + 1, m)
+            total += float(loss[m].mean())
+            hit = hand.clients.observations()["rank"] <= 10
+            hits += int(hit[m].sum())
+            client_loss[m] += loss[m] / m.sum()
+            client_hits[m] += hit[m]
+            client_n[m] += 1
     assert tracker.cum["fedsea"] == pytest.approx(total, rel=1e-12)
     assert tracker.hits == hits
     np.testing.assert_array_equal(fed.clients.Q, hand.clients.Q)
+    # per client: the same sums, client by client; they add up to the run's figures
+    summary = tracker.finalize()
+    np.testing.assert_allclose(summary["client_cum_loss"], client_loss, rtol=1e-12)
+    assert summary["client_interactions"] == client_n.tolist() and sum(client_n) == tracker.interactions
+    assert summary["client_hr10"] == (client_hits / client_n).tolist()
+    assert summary["client_user_ids"] == list(range(12))
+    assert sum(summary["client_regret"]) == pytest.approx(summary["regret_static"], rel=1e-12)
 
 
 def test_config_refusals():

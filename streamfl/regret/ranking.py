@@ -79,6 +79,9 @@ class RankingTracker:
         self.hits = 0
         self.interactions = 0
         self.loss_sum = 0.0
+        self.client_loss = np.zeros(self.M)                  # per client: Σ_t c_tm f_tm of the main learner
+        self.client_count = np.zeros(self.M, np.int64)       # its interactions so far
+        self.client_hits = np.zeros(self.M, np.int64)        # its positives ranked in the top k
         self.live_epochs, self.final_epochs, self.lr = int(live_epochs), int(final_epochs), float(lr)
         self._users, self._items, self._ts, self._neg, self._w, self._step = [], [], [], [], [], []
         self.P, self.Q = model.P.copy(), model.Q.copy()
@@ -111,6 +114,9 @@ class RankingTracker:
             loss_sum = self.loss_sum + np.cumsum((losses[self.main] * present).sum(axis=1))
             cols["avg_loss"] = loss_sum / np.maximum(cum_count, 1)
         self.hits, self.interactions, self.loss_sum = int(cum_hits[-1]), int(cum_count[-1]), float(loss_sum[-1])
+        self.client_loss += np.where(present, c * losses[self.main], 0.0).sum(axis=0)
+        self.client_count += present.sum(axis=0)
+        self.client_hits += ((ranks <= self.k) & present).sum(axis=0)
         # record the stream for the comparator: (user, step, positive, negatives, weight)
         step_idx, users = np.nonzero(present)
         self._users.append(users)
@@ -173,6 +179,7 @@ class RankingTracker:
         fixed_gmf_ranks(self.P, self.Q, self.h, float(self.b[0]), users, cand[:, 0], steps, self.stream.ever,
                         int(self.model.seed), int(self.model.eval_negatives), np.zeros(self.Q.shape[0], np.int64), ranks)
         regret = self.cum[self.main] - float(comp[-1])
+        client_comp = np.bincount(users, weights=per * w, minlength=self.M)
         self.state.regret = {"static": regret}
         self.state.comparator = float(comp[-1])
         self.static_columns = pd.DataFrame({"comparator_static": comp,
@@ -192,6 +199,14 @@ class RankingTracker:
                            f"prequential_hr{k}": float(np.mean(ranks <= k)) if ranks.size else math.nan,
                            "cpu_seconds": self.fit_seconds},
             "regret_over_sqrt_T": regret / math.sqrt(max(T, 1)),
+            # per client m (client order; client_user_ids: the data set's user of each): Σ_t c_tm f_tm, its
+            # interactions, its prequential HR@k and its regret against the same fixed comparator (an estimate)
+            "client_user_ids": (np.asarray(self.stream.user_ids).tolist() if getattr(self.stream, "user_ids", None)
+                                is not None else list(range(self.M))),
+            "client_cum_loss": self.client_loss.tolist(),
+            "client_interactions": self.client_count.tolist(),
+            f"client_hr{k}": (self.client_hits / np.maximum(self.client_count, 1)).tolist(),
+            "client_regret": (self.client_loss - client_comp).tolist(),
             "regret_expected": None, "regret_expected_method": "not available (F is unknown on real data)",
             "regret_dynamic": None, "regret_dynamic_method": "not available (F is unknown on real data)",
             "notes": list(self.notes),

@@ -37,7 +37,8 @@ from streamfl.transport.topics import key_of  # noqa: E402
 
 T, TAU, HOLD, M, I = 60, 10, 25, 943, 1682          # HOLD: inside round 3 (checkpoints at step 20)
 SUMMARY_KEYS = ("prequential_hr10", "avg_loss_per_interaction", "regret_static", "interactions", "bytes_up",
-                "bytes_down", "regret_over_sqrt_T")
+                "bytes_down", "regret_over_sqrt_T", "client_cum_loss", "client_interactions", "client_hr10",
+                "client_regret", "client_user_ids")
 
 
 @pytest.fixture(scope="module")
