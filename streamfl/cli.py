@@ -206,7 +206,7 @@ def _print_seeds(summary: dict):
         if r and r["n"] and r["mean"] == r["mean"]:
             half = (r["hi"] - r["mean"]) if r["hi"] == r["hi"] else float("nan")
             label = key.replace('_', ' ') + (" (ESTIMATE)" if estimate and key == "regret_static" else "")
-            console.print(f"{label}: {r['mean']:.4f} ± {half:.4f}  (n = {r['n']})")
+            console.print(f"{label}: {r['mean']:.4f} ± {half:.4f}  (n = {r['n']})", soft_wrap=True)
     for p in summary.get("plots", []):
         console.print(f"plot: {p}", soft_wrap=True)
 
@@ -340,7 +340,9 @@ def reproduce_fedncf(
             raise ValueError(f"--trainer must be one of {', '.join(TRAINERS)}; got {trainer!r}")
         if embedding_adam not in ("sparse", "dense"):
             raise ValueError(f"--embedding-adam must be sparse or dense; got {embedding_adam!r}")
-        names = tuple(m.strip() for m in models.split(",") if m.strip())
+        names = tuple(m.strip() for m in models.split(","))
+        if "" in names:
+            raise ValueError(f"--models: an empty name in {models!r}; give e.g. gmf or gmf,mlp,neumf")
         folder = out or Path("runs") / f"fedncf-{datetime.now():%Y%m%d-%H%M%S}"
         result = reproduce(data, folder, seeds=seeds, global_rounds=rounds, epochs=epochs, models=names,
                            settings=NCFSettings(batch_size=batch_size, global_rounds=rounds,
@@ -351,10 +353,10 @@ def reproduce_fedncf(
     console.print(f"\n[bold green]done[/] in {result['wall_seconds']:.0f} s → {folder}", soft_wrap=True)
     for label, v in sorted(result["summary"].items(), key=lambda kv: -kv[1]["hr"]):
         console.print(f"{label:<36} HR@10 {v['hr']:.4f} ± {v['hr_std']:.4f}   NDCG@10 {v['ndcg']:.4f} ± {v['ndcg_std']:.4f}"
-                      f"   best HR@10 {v['hr_best']:.4f} ± {v['hr_best_std']:.4f}", highlight=False)
+                      f"   best HR@10 {v['hr_best']:.4f} ± {v['hr_best_std']:.4f}", highlight=False, soft_wrap=True)
     for name, ok in result["checks"].items():
         shown = f"{ok:.3f}" if isinstance(ok, float) else ok if isinstance(ok, str) else "yes" if ok else "NO"
-        console.print(f"{name}: {shown}", highlight=False)
+        console.print(f"{name}: {shown}", highlight=False, soft_wrap=True)
 
 
 def main():
@@ -425,6 +427,8 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
             err.print(f"note: over Kafka only {learner} runs; skipping baselines {', '.join(cfg.baselines)}",
                       highlight=False, soft_wrap=True)
         stream = build_stream(cfg)
+        from .runtime.kafka_run import check_process_counts
+        check_process_counts(stream.n_clients, partitions, workers, producers)     # before the run header
         _print_inputs(cfg, stream)
         view = LiveView(f"{cfg.name}: {learner} τ={cfg.learner.tau} over Kafka ({workers} worker(s))", stream.n_steps,
                         console=console, enabled=live)

@@ -456,11 +456,18 @@ class ExperimentConfig(_Model):
     def _sweep_paths_exist(self):
         """Every swept path names a field (checked first: other messages would hide a misspelt path), and
         ``source.clients`` is swept."""
+        if self.sweep is not None and self.source.kind == "movielens":
+            raise ValueError("sweep: not available with source.kind movielens (a sweep compares numbers of "
+                             "clients M; a MovieLens stream has one client per user); run each setting on its own")
         for key in (self.sweep.parameters if self.sweep is not None else ()):
             node, walked = self, []
             for part in key.split("."):
+                if node is None or isinstance(node, dict):
+                    break                     # a section left unset or a mapping (River params): checked per run
                 if not isinstance(node, BaseModel):
-                    break                     # a mapping (e.g. River params) or a section left unset: checked per run
+                    what = "a list" if isinstance(node, (list, tuple)) else "a value"
+                    raise ValueError(f"sweep.parameters.{key}: {'.'.join(walked)} is {what}, not a section; "
+                                     f"sweep {'.'.join(walked)} itself (each swept value replaces it whole)")
                 if part not in type(node).model_fields:
                     where = ".".join(walked) or "the experiment"
                     known = ", ".join(sorted(type(node).model_fields))
@@ -711,7 +718,9 @@ def apply_override(data: dict, dotted: str, value) -> dict:
     node = out
     keys = dotted.split(".")
     for k in keys[:-1]:
-        node = node.setdefault(k, {})
+        if node.get(k) is None:              # a section left unset (e.g. learner.gmf: null) starts empty
+            node[k] = {}
+        node = node[k]
     old = node.get(keys[-1])
     if isinstance(old, dict) and isinstance(value, dict):
         old.update(copy.deepcopy(value))

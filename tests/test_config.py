@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from streamfl.config import ConfigError, default_config, load_config, parse_config
+from streamfl.config import ConfigError, apply_override, default_config, load_config, parse_config
 
 
 def test_default_is_the_documented_experiment():
@@ -62,6 +62,17 @@ def test_an_empty_file_is_the_default_experiment():
     ({"sweep": {"parameters": {"source.foo": [1, 2]}}},
      "config error: sweep.parameters.source.foo: source has no field 'foo' (fields: adversary, clients, covariate, "
      "dim, drift, feature_scale, heterogeneity, heterogeneity_change, kind, noise, radius, tails, task)"),
+    # a path into a value or a list (it crashed with a traceback in the sweep's override)
+    ({"sweep": {"parameters": {"source.clients": [2, 4], "learner.tau.x": [1, 2]}}},
+     "config error: sweep.parameters.learner.tau.x: learner.tau is a value, not a section; sweep learner.tau "
+     "itself (each swept value replaces it whole)"),
+    ({"sweep": {"parameters": {"source.clients": [2, 4], "source.drift.step": [1, 2]}}},
+     "config error: sweep.parameters.source.drift.step: source.drift is a list, not a section; sweep "
+     "source.drift itself (each swept value replaces it whole)"),
+    ({"source": {"kind": "movielens", "path": "x"}, "learner": {"model": "gmf", "tau": 10}, "steps": None,
+      "sweep": {"parameters": {"learner.tau": [5, 10]}}},
+     "config error: sweep: not available with source.kind movielens (a sweep compares numbers of clients M; a "
+     "MovieLens stream has one client per user); run each setting on its own"),
     ({"sweep": {"parameters": {"source.clients": [1, 4]}, "labels": {"source.clients": ["one"]}}},
      "config error: sweep.labels.source.clients has 1 labels for 2 values"),
     ({"sweep": {"parameters": {"source.clients": []}}},
@@ -244,3 +255,8 @@ def test_a_whole_config_rule_names_its_fields_without_a_file_prefix():
         parse_config({"name": "x", "source": {"kind": "synthetic"}, "learner": {"model": "gmf"}})
     assert str(e.value) == ("config error: learner.model: gmf learns from interaction streams; set source.kind: "
                             "movielens (source.kind is synthetic)")
+
+
+def test_a_sweep_into_an_unset_section_starts_it_empty():
+    # learner.gmf is null by default; the override used to call .get on None (a traceback)
+    assert apply_override({"learner": {"gmf": None}}, "learner.gmf.dim", 4) == {"learner": {"gmf": {"dim": 4}}}

@@ -264,6 +264,20 @@ def test_reproduce_fedncf_command_writes_results_and_plots(tmp_path, monkeypatch
                          text=True, timeout=120, cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip() == "error: --embedding-adam must be sparse or dense; got 'lazy'"
     assert not (tmp_path / "rep3").exists()
+    for models, message in (("gmf,gmf", "error: --models lists a model twice (gmf,gmf); each model runs once per seed."),
+                            ("mlp", "error: --models must include gmf: the reproduction compares the aggregation "
+                                    "rules on GMF (and NeuMF is built from GMF and MLP)."),
+                            ("gmf,,mlp", "error: --models: an empty name in 'gmf,,mlp'; give e.g. gmf or gmf,mlp,neumf")):
+        bad = subprocess.run(cmd[:6] + [str(data), "--out", "rep4", "--models", models], capture_output=True,
+                             text=True, timeout=120, cwd=tmp_path, env={**__import__("os").environ, "COLUMNS": "200"})
+        assert bad.returncode == 2 and bad.stderr.strip() == message and bad.stdout == ""
+        assert not (tmp_path / "rep4").exists()
+    (tmp_path / "u.item").write_bytes(b"1|Toy Story (1995)|01-Jan-1995||http://x\n2|Caf\xe9|x\n")
+    bad = subprocess.run(cmd[:6] + [str(tmp_path / "u.item"), "--out", "rep5"], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path, env={**__import__("os").environ, "COLUMNS": "300"})
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip() == (f"error: {tmp_path / 'u.item'}: not a u.data file (not UTF-8 text; expected user, "
+                                  f"item, rating, timestamp, tab-separated)")
 
 
 @pytest.mark.parametrize("rule", ["mf_fedavg", "fedavg", "simple_avg"])

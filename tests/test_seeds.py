@@ -82,3 +82,14 @@ def test_aggregate_merges_numbers_booleans_and_lists():
     assert merged["a"] == 2.0 and merged["b"]["c"] == [2.0, 3.0] and merged["name"] == "x"
     assert merged["flag"] is None and agreement["flag"] == {"true": 1, "false": 1, "undetermined": 0}
     assert intervals["a"]["n"] == 2 and intervals["maybe"]["n"] == 1 and merged["maybe"] == 2.0
+
+
+def test_integers_every_seed_agrees_on_stay_integers():
+    # a seeds summary turned counts and ids into means (943 → 943.0, user ids 1 → 1.0)
+    from streamfl.runtime.seeds import aggregate
+    intervals = {}
+    merged = aggregate([{"n_clients": 943, "ids": [1, 2], "loss": 1.0, "steps": 3},
+                        {"n_clients": 943, "ids": [1, 2], "loss": 2.0, "steps": 4}], intervals, {})
+    assert merged == {"n_clients": 943, "ids": [1, 2], "loss": 1.5, "steps": 3.5}
+    assert type(merged["n_clients"]) is int and type(merged["ids"][0]) is int
+    assert intervals["n_clients"]["mean"] == 943.0 and intervals["loss"]["mean"] == 1.5

@@ -118,7 +118,7 @@ def read_u_data(path, field: str = "") -> tuple[Path, dict[str, np.ndarray]]:
         If the file does not exist (names the path).
     ValueError
         If a line's user, item or timestamp is not an integer (names the line),
-        or the file holds no rating.
+        the file is not UTF-8 text, or it holds no rating.
     """
     p = Path(path)
     if p.is_dir():
@@ -126,8 +126,12 @@ def read_u_data(path, field: str = "") -> tuple[Path, dict[str, np.ndarray]]:
     if not p.is_file():
         raise FileNotFoundError(f"{field}MovieLens 100K file not found: {p} (expected u.data: user, item, "
                                 f"rating, timestamp, tab-separated)")
-    df = pd.read_csv(p, sep="\t", header=None, names=["user", "item", "rating", "timestamp"], dtype=str,
-                     keep_default_na=False)
+    try:
+        df = pd.read_csv(p, sep="\t", header=None, names=["user", "item", "rating", "timestamp"], dtype=str,
+                         keep_default_na=False)
+    except UnicodeDecodeError:
+        raise ValueError(f"{p}: not a u.data file (not UTF-8 text; expected user, item, rating, timestamp, "
+                         f"tab-separated)") from None
     if not len(df):
         raise ValueError(f"{p}: no ratings (the file is empty; expected user, item, rating, timestamp, tab-separated)")
     cols = {}

@@ -17,6 +17,18 @@ def _plt():
     return plt
 
 
+def _rounds_axis(ax, n_points: int) -> dict:
+    """Whole global rounds on the x axis; the line style keyword arguments (markers when there are few points,
+    so that a run of one or two rounds still shows)."""
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    return {"marker": "o", "markersize": 4} if n_points <= 20 else {}
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
 def plot_gmf_curves(runs: list[dict], path: Path) -> Path:
     """HR@10 of federated GMF per global round for each rule (mean ± std over seeds), with references."""
     plt = _plt()
@@ -28,7 +40,7 @@ def plot_gmf_curves(runs: list[dict], path: Path) -> Path:
         hr = np.array([[h["hr"] for h in hist] for hist in hs])
         x = np.array([h["global_round"] for h in hs[0]])
         m, s = hr.mean(axis=0), hr.std(axis=0)
-        ax.plot(x, m, color=color, label=f"federated GMF, {label}")
+        ax.plot(x, m, color=color, label=f"federated GMF, {label}", **_rounds_axis(ax, len(x)))
         ax.fill_between(x, m - s, m + s, color=color, alpha=0.2)
     for kind, label, style in (("central", "centralized GMF (final)", "--"), ("itempop", "ItemPop", ":")):
         v = [r["history"][-1]["hr"] for r in runs if r["kind"] == kind and r["model"] == "gmf"]
@@ -37,8 +49,8 @@ def plot_gmf_curves(runs: list[dict], path: Path) -> Path:
     n = len({r["seed"] for r in runs})
     ax.set_xlabel("global round (every user trained once)")
     ax.set_ylabel("HR@10")
-    ax.set_title(f"FedNCF on MovieLens 100K: GMF by aggregation rule (mean ± std, {n} seeds)")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(f"FedNCF on MovieLens 100K: GMF by aggregation rule (mean ± std, {_seeds(n)})")
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -87,11 +99,13 @@ def plot_model_curves(runs: list[dict], path: Path) -> Path:
         hr = np.array([[h["hr"] for h in hist] for hist in hs])
         x = np.array([h["global_round"] for h in hs[0]])
         m, s = hr.mean(axis=0), hr.std(axis=0)
-        ax.plot(x, m, color=color, label=f"federated {name} (MF-FedAvg)")
+        style = _rounds_axis(ax, len(x))
+        _rounds_axis(lx, len(x))
+        ax.plot(x, m, color=color, label=f"federated {name} (MF-FedAvg)", **style)
         ax.fill_between(x, m - s, m + s, color=color, alpha=0.2)
         for k, hist in enumerate(hs):
             lx.plot(x, [h["loss"] for h in hist], color=color, lw=1, alpha=0.8,
-                    label=f"federated {name}" if k == 0 else None)
+                    label=f"federated {name}" if k == 0 else None, **style)
         central = [r["history"][-1]["hr"] for r in runs if r["kind"] == "central" and r["model"] == model]
         if central:
             ax.axhline(np.mean(central), color=color, ls="--", lw=1,
@@ -102,8 +116,8 @@ def plot_model_curves(runs: list[dict], path: Path) -> Path:
     n = len({r["seed"] for r in runs})
     ax.set_xlabel("global round (every user trained once)")
     ax.set_ylabel("HR@10")
-    ax.set_title(f"HR@10 by model (mean ± std, {n} seeds)")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"HR@10 by model (mean ± std, {_seeds(n)})")
+    ax.legend(fontsize=7, loc="best")
     lx.set_yscale("log")
     lx.set_xlabel("global round")
     lx.set_ylabel("mean local training loss (BCE, nats)")

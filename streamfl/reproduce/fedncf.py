@@ -17,7 +17,8 @@ Federated clients of every model train with ``trainer`` (default
 The seed drives the initial models, client sampling, negatives, shuffles,
 tie-breaks and the 100 test negatives of every user. Runs are independent
 and can be spread over processes (``jobs``). Every figure is reported as
-mean ± std over the seeds of the **last** evaluation; beside it, the best
+mean ± std over the seeds (the population std, ddof = 0, as numpy's
+``std``) of the **last** evaluation; beside it, the best
 HR@10 over the evaluations of a run (NCF's code reports that one, its
 "Best Iteration", chosen on the test items themselves, so it is optimistic).
 The paper's aggregation ordering is checked on both, and at every global
@@ -109,12 +110,17 @@ def reproduce(data_path: str | Path, out: Path, seeds: int = 3, global_rounds: i
     FileNotFoundError
         If the data file is missing.
     ValueError
-        Unknown model, seeds/jobs < 1.
+        Unknown, repeated or missing gmf model; seeds/jobs < 1.
     """
     settings = settings or NCFSettings()
     for m in models:
         if m not in ("gmf", "mlp", "neumf"):
             raise ValueError(f"--models takes gmf, mlp and neumf. Got {m!r}.")
+    if len(set(models)) != len(models):
+        raise ValueError(f"--models lists a model twice ({','.join(models)}); each model runs once per seed.")
+    if "gmf" not in models:
+        raise ValueError("--models must include gmf: the reproduction compares the aggregation rules on GMF "
+                         "(and NeuMF is built from GMF and MLP).")
     if "neumf" in models and not {"gmf", "mlp"} <= set(models):
         raise ValueError("NeuMF is built from GMF and MLP: --models neumf needs gmf and mlp too.")
     if seeds < 1 or jobs < 1:

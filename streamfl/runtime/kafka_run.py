@@ -63,6 +63,24 @@ log = logging.getLogger("streamfl.kafka_run")
 WORKER_FENCED_EXIT = 3      # consumers.worker.FENCED_EXIT: fenced by another worker with its id (tolerated)
 
 
+def check_process_counts(n_clients: int, partitions: int | None, workers: int, producers: int) -> int:
+    """P, the data topic's partitions (default M, one per client), after checking the process counts.
+
+    Raises
+    ------
+    ValueError
+        P < 1, or workers or producers outside 1 … P (a process with no partition would idle).
+    """
+    P = n_clients if partitions is None else int(partitions)
+    if not 1 <= P:
+        raise ValueError(f"--partitions must be ≥ 1, got {P}")
+    if not 1 <= workers <= P:
+        raise ValueError(f"--workers must be between 1 and the number of data partitions ({P}), got {workers}")
+    if not 1 <= producers <= P:
+        raise ValueError(f"--producers must be between 1 and the number of data partitions ({P}), got {producers}")
+    return P
+
+
 class KafkaRunError(RuntimeError):
     """A process of the Kafka run failed; the message is one line for the user."""
 
@@ -195,14 +213,7 @@ class KafkaRun:
         if why:
             raise ValueError(why)
         self.M, self.T = self.stream.n_clients, self.stream.n_steps
-        self.P = self.M if partitions is None else int(partitions)
-        if not 1 <= self.P:
-            raise ValueError(f"--partitions must be ≥ 1, got {self.P}")
-        if not 1 <= workers <= self.P:
-            raise ValueError(f"--workers must be between 1 and the number of data partitions ({self.P}), got {workers}")
-        if not 1 <= producers <= self.P:
-            raise ValueError(f"--producers must be between 1 and the number of data partitions ({self.P}), "
-                             f"got {producers}")
+        self.P = check_process_counts(self.M, partitions, workers, producers)
         self.n_start, self.n_producers = workers, producers
         tau = cfg.learner.tau
         self.rounds = 0 if tau is None else self.T // tau

@@ -97,6 +97,8 @@ def aggregate(summaries: list, intervals: dict, agreement: dict, prefix: str = "
         r = t_interval([float(x) for x in summaries if x is not None])
         if intervals is not None and prefix:
             intervals[prefix[:-1]] = r
+        if all(isinstance(x, (int, np.integer)) and x == first for x in summaries):
+            return first                     # an integer every seed agrees on (a count, an id) stays that integer
         return r["mean"]
     if all(isinstance(x, (bool, np.bool_)) or x is None for x in summaries):
         known = [bool(x) for x in summaries if x is not None]

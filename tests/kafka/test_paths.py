@@ -112,6 +112,15 @@ def test_roles_started_one_by_one_from_another_folder(tmp_path, embedded):
     assert sorted(p.name for p in cwd.iterdir()) == ["exp", "out"]
 
 
+def test_more_workers_than_partitions_is_refused_before_the_run_header(tmp_path):
+    cwd = _folder(tmp_path)
+    proc = _cli(cwd, "run", "--broker", BOOTSTRAP, "--config", "exp/exp.yaml", "--out", "k", "--no-live",
+                "--partitions", "1", "--workers", "2")
+    assert proc.returncode == 2 and proc.stdout == ""          # the header used to come first
+    assert proc.stderr.strip() == "error: --workers must be between 1 and the number of data partitions (1), got 2"
+    assert sorted(p.name for p in cwd.iterdir()) == ["exp"]
+
+
 def test_a_failed_run_over_kafka_removes_its_folder(tmp_path):
     (tmp_path / "diverge.yaml").write_text(
         "steps: 300\nbaselines: []\nsource: {kind: synthetic, task: least_squares, clients: 4, dim: 3, "
