@@ -508,6 +508,9 @@ def _prepare_role(broker: str, run_id: str, config: Optional[Path], partitions: 
             if why:
                 raise ValueError(why)
         P = partitions or (stream.n_clients if stream is not None else None)
+        if stream is not None:
+            from .runtime.kafka_run import check_process_counts
+            check_process_counts(stream.n_clients, P, 1, 1)     # P ≤ M before any topic is created
         check_broker(broker)
         if P is not None:
             ensure_topics(broker, topics, P)

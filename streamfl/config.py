@@ -352,7 +352,8 @@ class CompressionConfig(_Model):
 class GMFConfig(_Model):
     """The streaming GMF client model (FedNCF, paper 003, §3.1 and §5.2 for the defaults)."""
     dim: int = Field(12, ge=1)                   # D, embedding size
-    negatives: int = Field(4, ge=1)              # training negatives per arriving positive
+    # training negatives per arriving positive; each costs O(D) per step, and NCF's own sweep stops at 10
+    negatives: int = Field(4, ge=1, le=100)
     eval_negatives: int = Field(100, ge=1)       # items each arriving positive is ranked against (HR@10)
     init_std: float = Field(0.1, gt=0)           # std of the normal initial embeddings
     item_rule: Literal["mf_fedavg", "fedavg", "simple_avg"] = "mf_fedavg"   # item-row aggregation

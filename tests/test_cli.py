@@ -461,3 +461,15 @@ def test_report_on_a_moved_or_damaged_run_folder(tmp_path):
     proc = _cli(tmp_path, "report", "b")
     assert proc.stderr.strip() == ("error: b/summary.json is not valid JSON (Expecting property name enclosed in double "
                                    "quotes: line 1 column 2 (char 1)); it is damaged or was not written by streamfl")
+
+
+def test_more_partitions_than_clients_is_refused_before_any_topic(tmp_path):
+    # --partitions above M used to be accepted: client m goes to partition m mod P, so the partitions
+    # M … P − 1 carried no client and the workers holding them idled; refused before the broker is contacted
+    (tmp_path / "c.yaml").write_text("steps: 5\nsource: {kind: synthetic, clients: 4, dim: 3}\n")
+    line = _one_error_line(cli(tmp_path, "worker", "--broker", "127.0.0.1:1", "--run-id", "r", "--config", "c.yaml",
+                               "--partitions", "6", timeout=60))
+    assert line == ("error: --partitions 6 exceeds the stream's 4 clients: client m goes to partition m mod P, "
+                    "so 2 partition(s) would carry no client; use at most 4")
+    from streamfl.runtime.kafka_run import check_process_counts
+    assert check_process_counts(4, 4, 2, 1) == 4 and check_process_counts(4, None, 1, 1) == 4

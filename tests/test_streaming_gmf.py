@@ -375,3 +375,11 @@ def test_seeds_run_labels_the_regret_an_estimate(tmp_path):
     assert summary["regret_static_is_estimate"] is True
     r = summary["intervals"]["regret_static"]
     assert f"regret static (ESTIMATE): {r['mean']:.4f} ± {r['hi'] - r['mean']:.4f}  (n = 2)" in out.stdout
+
+
+def test_training_negatives_have_an_upper_bound():
+    # learner.gmf.negatives: 2000 used to be accepted and ran for minutes (O(negatives · D) per step)
+    with pytest.raises(ConfigError) as e:
+        parse_config({"source": {"kind": "movielens", "path": "x"}, "learner": {"model": "gmf", "gmf": {"negatives": 2000}}})
+    assert str(e.value) == ("config error: learner.gmf.negatives: Input should be less than or equal to 100 "
+                            "(got 2000)")

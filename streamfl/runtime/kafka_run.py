@@ -69,11 +69,15 @@ def check_process_counts(n_clients: int, partitions: int | None, workers: int, p
     Raises
     ------
     ValueError
-        P < 1, or workers or producers outside 1 … P (a process with no partition would idle).
+        P < 1, P > M (client m goes to partition m mod P, so partitions M … P − 1 would carry no
+        client), or workers or producers outside 1 … P (a process with no partition would idle).
     """
     P = n_clients if partitions is None else int(partitions)
     if not 1 <= P:
         raise ValueError(f"--partitions must be ≥ 1, got {P}")
+    if P > n_clients:
+        raise ValueError(f"--partitions {P} exceeds the stream's {n_clients} clients: client m goes to partition "
+                         f"m mod P, so {P - n_clients} partition(s) would carry no client; use at most {n_clients}")
     if not 1 <= workers <= P:
         raise ValueError(f"--workers must be between 1 and the number of data partitions ({P}), got {workers}")
     if not 1 <= producers <= P:
