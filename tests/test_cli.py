@@ -473,3 +473,20 @@ def test_more_partitions_than_clients_is_refused_before_any_topic(tmp_path):
                     "so 2 partition(s) would carry no client; use at most 4")
     from streamfl.runtime.kafka_run import check_process_counts
     assert check_process_counts(4, 4, 2, 1) == 4 and check_process_counts(4, None, 1, 1) == 4
+
+
+def test_sweep_folders_of_list_values_have_plain_names_and_colliding_labels_are_refused(tmp_path):
+    # a swept list used to name its folder "…-baselines-['local']" (brackets and quotes in a file name)
+    base = ("name: sw\nsteps: 40\nsource: {kind: synthetic, task: least_squares, clients: 2, dim: 2}\n"
+            "sweep: {parameters: {source.clients: [2], baselines: [[local], [local, tau1]]}%s}\n")
+    (tmp_path / "sw.yaml").write_text(base % "")
+    proc = cli(tmp_path, "run", "--config", "sw.yaml", "--out", "sweep", "--no-live", "--no-plots")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == \
+        ["clients-2-baselines-local", "clients-2-baselines-local+tau1"]
+    # two labels giving one folder name would have overwritten one run with the other
+    (tmp_path / "dup.yaml").write_text(base % ", labels: {baselines: [a b, a_b]}")
+    line = _one_error_line(cli(tmp_path, "run", "--config", "dup.yaml", "--out", "dup", "--no-live"))
+    assert line == ("error: sweep: the settings 'a b' and 'a_b' both get the folder name 'clients-2-a_b'; "
+                    "give sweep.labels that differ")
+    assert not (tmp_path / "dup").exists()

@@ -32,10 +32,25 @@ from .header import describe_inputs, header_lines
 from .seeds import run_pool, summarize_seeds, t_band, t_interval
 
 
+def _value_text(value) -> str:
+    """A swept value as people write it: lists joined by ``+``, mappings as ``key:value`` joined by ``,``.
+
+    >>> _value_text(["tau1", "local"]), _value_text({"kind": "abrupt", "at": [150]}), _value_text(0.5)
+    ('tau1+local', 'kind:abrupt,at:150', '0.5')
+    """
+    if isinstance(value, (list, tuple)):
+        return "+".join(_value_text(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return ",".join(f"{k}:{_value_text(v)}" for k, v in value.items()) or "none"
+    return str(value)
+
+
 def _folder_part(text: str) -> str:
-    """A sweep value or label as part of one folder name (no separators, no spaces)."""
-    for ch in ("/", "\\", " ", "\0"):
+    """A sweep value or label as part of one folder name (no separators, spaces, quotes or brackets)."""
+    for ch in ("/", "\\", " ", "\0", ":"):
         text = text.replace(ch, "_")
+    for ch in ("'", '"', "[", "]", "{", "}"):
+        text = text.replace(ch, "")
     return text.replace("=", "-")
 
 
@@ -167,7 +182,7 @@ def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: in
             value = sweep.parameters[k][i]
             data = apply_override(data, k, value)
             names = sweep.labels.get(k)
-            text = names[i] if names else f"{k.split('.')[-1]}={value}"
+            text = names[i] if names else f"{k.split('.')[-1]}={_value_text(value)}"
             parts.append(_folder_part(text))
             if k == "source.clients":
                 M = value
@@ -175,6 +190,12 @@ def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: in
                 label_parts.append(text)
         sub = parse_config({**data, "name": f"{cfg.name}-{'-'.join(parts)}"})
         plan.append((sub, "-".join(parts), ", ".join(label_parts) or cfg.name, M))
+    folders = {}
+    for sub, name, label, _ in plan:          # two settings in one folder would overwrite each other's run
+        if name in folders:
+            raise ValueError(f"sweep: the settings '{folders[name]}' and '{label}' both get the folder name "
+                             f"'{name}'; give sweep.labels that differ")
+        folders[name] = label
     jobs, owner = [], []
     for p, (sub, name, _, _) in enumerate(plan):
         for k in range(n_seeds):
