@@ -240,6 +240,10 @@ def test_reproduce_fedncf_command_writes_results_and_plots(tmp_path, monkeypatch
            "--seeds", "2", "--rounds", "2", "--epochs", "1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    # the header echoes the protocol's open choices (they used to be in results.json only)
+    assert ("protocol: 2 global rounds of 20 users per aggregation round, 2 local epochs, B = 8, Adam lr 0.001 "
+            "(sparse on embeddings), D = 12, layers 48/24/12/6, 4 negatives per positive, compiled trainer; "
+            "centralized: 1 epoch, B = 256") in proc.stdout + proc.stderr
     result = json.loads((tmp_path / "rep" / "results.json").read_text())
     labels = {"ItemPop", "centralized GMF", "federated GMF (MF-FedAvg)", "federated GMF (FedAvg)",
               "federated GMF (SimpleAvg)"}

@@ -136,6 +136,11 @@ def reproduce(data_path: str | Path, out: Path, seeds: int = 3, global_rounds: i
             tasks += [("federated", model, rule, seed) for rule in rules]
     log(f"FedNCF reproduction on {data.info['source']}: {data.n_users} users, {data.n_items} items, "
         f"{data.info['n_train']} training interactions; {len(tasks)} runs over {jobs} process(es)")
+    log(f"protocol: {global_rounds} global rounds of {settings.clients_per_round} users per aggregation round, "
+        f"{settings.local_epochs} local epochs, B = {settings.batch_size}, Adam lr {settings.lr:g} "
+        f"({settings.embedding_adam} on embeddings), D = {settings.dim}, layers {'/'.join(map(str, settings.layers))}, "
+        f"{settings.negatives} negatives per positive, {trainer} trainer; centralized: {epochs} epoch{'s' * (epochs != 1)}, "
+        f"B = {settings.centralized_batch_size}")
     t0 = time.perf_counter()
     runs = []
     args = [(k, m, r, s, str(data_path), settings, global_rounds, epochs, trainer) for k, m, r, s in tasks]
