@@ -223,6 +223,13 @@ def header_lines(inputs: dict) -> list[str]:
         lines.append(f"task: {inputs['task']['value']}")
         lines.extend(f"note: {n}" for n in inputs["notes"])
         return lines
+    if "nnz" in sh:                       # a sparse-feature stream (streaming FedSubAvg)
+        lines = [f"input: {inputs['source']} → T = {_count(sh['n_steps'], 'step')}, "
+                 f"M = {_count(sh['n_clients'], 'client')}, F = {_count(sh['n_features'], 'feature')} "
+                 f"(a table row each), nnz = {sh['nnz']} active per sample, b = {sh['batch_size']}"]
+        lines.append(f"task: {inputs['task']['value']}")
+        lines.extend(f"note: {n}" for n in inputs["notes"])
+        return lines
     lines = [f"input: {inputs['source']} → T = {_count(sh['n_steps'], 'step')}, "
              f"M = {_count(sh['n_clients'], 'client')}, d = {_count(sh['n_features'], 'feature')}"
              + (" incl. an intercept" if sh.get("intercept") else "") + f", b = {sh['batch_size']}"]
