@@ -247,9 +247,10 @@ def report(run_dir: Path = typer.Argument(..., help="A finished run folder (summ
             raise FileNotFoundError(f"{run_dir} is neither a run folder (no summary.json) nor a sweep folder "
                                     f"(no sweep.csv)")
         summary = _read_summary(summary_path)
-        from .report.plots import render_ranking_run, render_run   # matplotlib: once the folder is a run's
+        from .report.plots import render_ranking_run, render_run, render_sparse_run   # matplotlib: once a run's
         try:
-            paths = render_ranking_run(run_dir) if summary.get("model") == "gmf" else render_run(run_dir)
+            paths = {"gmf": render_ranking_run, "sparse_logistic": render_sparse_run}.get(
+                summary.get("model"), render_run)(run_dir)
         except (ValueError, KeyError, TypeError, IndexError, OSError) as e:
             metrics = run_dir / str(summary.get("metrics_file", "metrics.csv"))
             text = _message(e)
