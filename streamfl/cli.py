@@ -442,9 +442,9 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
     from .runtime.kafka_run import BrokerUnavailable, KafkaRunError, run_kafka_experiment
     from .runtime.live import LiveView
     from .transport.topics import check_broker
-    if cfg.learner.model == "sparse_logistic":
-        _fail("--broker: learner.model sparse_logistic runs embedded only for now (its sparse uploads have no Kafka "
-              "wire format yet); run without --broker")
+    if cfg.learner.model == "sparse_logistic":            # before the broker check, the header and any process
+        from .transport.spec import SPARSE_OVER_KAFKA
+        _fail(SPARSE_OVER_KAFKA)
     try:
         check_broker(broker)
         learner = "FedNCF GMF" if cfg.learner.model == "gmf" else "FedSEA"

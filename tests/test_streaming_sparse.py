@@ -23,6 +23,7 @@ from streamfl.regret.sparse import SparseRegretTracker
 from streamfl.runtime.engine import run_stream
 from streamfl.runtime.experiment import build_sparse_learners, run_experiment
 from streamfl.runtime.learners import Federated
+from streamfl.transport.spec import SPARSE_OVER_KAFKA
 
 
 def small_config(**over):
@@ -41,14 +42,16 @@ def bce(z, y):
 
 
 # ---------------------------------------------------------------- (a) the client model against a hand loop
-@pytest.mark.parametrize("rule", ["fedsubavg", "fedavg"])
+@pytest.mark.parametrize("rule", ["fedsubavg", "fedavg", None])
 def test_client_model_and_rounds_equal_a_per_client_python_loop(rule):
-    """Losses, table and biases of the engine's learner = per client, per sample Python with dicts, to 1e-12."""
-    M, F, b, nnz, tau, eta, lam = 5, 40, 3, 3, 3, 0.7, 0.05
+    """Losses, table and biases of the engine's learner = per client, per sample Python with dicts, to 1e-12
+    (rule None: the local-only learner, τ = None, which never communicates)."""
+    M, F, b, nnz, eta, lam = 5, 40, 3, 3, 0.7, 0.05
+    tau = None if rule is None else 3
     s = SparsePowerLawStream(n_clients=M, n_features=F, nnz=nnz, batch_size=b, n_steps=8, hot=4, drift_period=3,
                              drift_swaps=2, seed=4)
     fed = Federated(StreamingSparseLogistic(M, F, StepSize("constant", eta=eta), tau, b, nnz, lam), tau,
-                    FedSubAvg(rule))
+                    None if rule is None else FedSubAvg(rule))
     w, bias = np.zeros(F), np.zeros(M)                     # the reference: global table, per-client biases
     local = [dict() for _ in range(M)]                     # client m's rows touched since the last round
     for chunk in s.chunks(3):
@@ -68,7 +71,7 @@ def test_client_model_and_rounds_equal_a_per_client_python_loop(rule):
                 new = {f: row(f) - eta * (grad[f] + lam * row(f)) for f in grad}
                 local[m].update(new)
                 bias[m] -= eta * sum((1 / (1 + math.exp(-z)) - y) / b for z, y in zip(zs, ys))
-            if t % tau == 0:                                    # the round, by hand
+            if tau is not None and t % tau == 0:               # the round, by hand
                 touched = {f for m in range(M) for f in local[m]}
                 for f in sorted(touched):
                     deltas = [local[m][f] - w[f] for m in range(M) if f in local[m]]
@@ -84,7 +87,7 @@ def test_client_model_and_rounds_equal_a_per_client_python_loop(rule):
         np.testing.assert_allclose(played, expect, rtol=1e-12, atol=1e-15)
         assert b_m == pytest.approx(bias[m], rel=1e-12, abs=1e-15)
     np.testing.assert_allclose(c.w, w, rtol=1e-12, atol=1e-15)
-    assert fed.rounds == 2
+    assert fed.rounds == (0 if rule is None else 2)
 
 
 def test_upload_is_the_touched_rows_only_and_the_guard_refuses_a_long_round():
@@ -266,6 +269,9 @@ learner: {model: sparse_logistic, tau: 4, batch_size: 2, step_size: {eta: 0.5}}
         bad = subprocess.run([str(exe), "run", "--config", "x.yaml", "--no-live", *argv], cwd=tmp_path,
                              capture_output=True, text=True, env=env)
         assert bad.returncode == 2 and bad.stderr.strip() == message and bad.stdout == ""
+    role = subprocess.run([str(exe), "produce", "--broker", "127.0.0.1:9", "--run-id", "r1", "--config", "x.yaml"],
+                          cwd=tmp_path, capture_output=True, text=True, env=env)     # the Kafka roles refuse it too
+    assert role.returncode == 2 and role.stderr.strip() == "error: " + SPARSE_OVER_KAFKA
     (tmp_path / "bad.yaml").write_text(text + "baselines: [centralized]\n")
     bad = subprocess.run([str(exe), "run", "--config", "bad.yaml", "--no-live"], cwd=tmp_path, capture_output=True,
                          text=True, env=env)
