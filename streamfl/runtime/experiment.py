@@ -371,6 +371,9 @@ def _run_sparse(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream) -
         "metrics_file": sink.path.name, "inputs": describe_inputs(cfg, stream), "chunk_size_used": cfg.chunk_size,
         "bottleneck": None,
     })
+    # what the run decided (the header's notes) and what the tracker found (printed after the summary)
+    summary["tracker_notes"] = list(tracker.notes)
+    summary["notes"] = summary["inputs"]["notes"] + list(tracker.notes)
     summary["gaps"] = {name: summary["cum_loss"][MAIN] - v for name, v in summary["cum_loss"].items() if name != MAIN}
     (run_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2))
     if cfg.output.plots if plots is None else plots:
