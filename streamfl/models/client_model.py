@@ -99,7 +99,8 @@ class ClientModel(ABC):
         ----------
         X : ndarray (M, b, d)
             The step's samples (for an interaction stream, ``X[m, :, 0]``
-            holds item ids).
+            holds item ids; for a sparse-feature stream X is (M, b, nnz),
+            ``X[m, j]`` the ids of sample j's active features).
         y : ndarray (M, b)
         t : int
             Global step, 1-based.
