@@ -277,3 +277,14 @@ learner: {model: sparse_logistic, tau: 4, batch_size: 2, step_size: {eta: 0.5}}
                          text=True, env=env)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and bad.stdout == ""
     assert bad.stderr.strip().startswith("error: config error: baselines: centralized is not available")
+
+
+def test_rule_fedavg_as_the_main_learner_is_the_fedavg_baseline(tmp_path):
+    """learner.sparse.rule: fedavg runs the same learner as the fedavg baseline of a FedSubAvg run (to compare)."""
+    sub = run_experiment(small_config(baselines=["fedavg"]), tmp_path / "a", plots=False)
+    learner = {"model": "sparse_logistic", "tau": 5, "batch_size": 3, "step_size": {"eta": 0.5},
+               "sparse": {"l2": 0.01, "rule": "fedavg"}}
+    avg = run_experiment(small_config(baselines=["tau1"], learner=learner), tmp_path / "b", plots=False)
+    assert avg["cum_loss"]["fedsea"] == sub["cum_loss"]["fedavg"]
+    assert avg["rule"] == "fedavg" and avg["learners"]["tau1"]["rule"] == "fedavg"
+    assert any("sparse FedAvg (uniform over the M clients" in n for n in avg["notes"])
