@@ -71,6 +71,9 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
     from .runtime.experiment import run_experiment
     from .runtime.live import LiveView
     try:
+        if seeds is not None and seeds > 1 and cfg.learner.model == "sparse_logistic":
+            raise ValueError("--seeds: not available with learner.model sparse_logistic yet; run one seed per run "
+                             "(--seed)")
         if seeds is not None:
             cfg = cfg.model_copy(update={"seeds": seeds})
         if cfg.sweep is not None:
@@ -94,7 +97,7 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
         slow = bottleneck_note(cfg.baselines)
         if slow:
             console.print(slow, soft_wrap=True)
-        learner = "FedNCF GMF" if cfg.learner.model == "gmf" else "FedSEA"
+        learner = _learner_label(cfg)
         view = LiveView(f"{cfg.name}: {learner} τ={cfg.learner.tau}", stream.n_steps, console=console, enabled=live,
                         bottleneck=slow)
         with view:
@@ -102,6 +105,14 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
     except USER_ERRORS as e:
         _fail(_message(e))
     _print_summary(summary)
+
+
+def _learner_label(cfg) -> str:
+    """The main learner as the live view's title names it."""
+    if cfg.learner.model == "sparse_logistic":
+        from .config import SparseConfig
+        return "FedSubAvg" if (cfg.learner.sparse or SparseConfig()).rule == "fedsubavg" else "sparse FedAvg"
+    return "FedNCF GMF" if cfg.learner.model == "gmf" else "FedSEA"
 
 
 def _resolve(out: Optional[Path], config: Optional[Path], steps: Optional[int], seed: Optional[int]):
@@ -164,6 +175,14 @@ def _print_summary(summary: dict, finished: bool = True):
                       f"interactions; BCE per interaction {summary['avg_loss_per_interaction']:.4f}")
         console.print(f"offline fixed GMF (estimated comparator): HR@10 {comp['prequential_hr10']:.4f}, "
                       f"BCE per interaction {comp['avg_loss_per_interaction']:.4f}")
+    if summary.get("model") == "sparse_logistic":
+        comp, concept = summary["comparator"], summary["concept"]
+        per = "  ".join(f"{name} {v:.4f}" for name, v in summary["avg_loss_per_sample"].items())
+        console.print(f"cumulative loss (nats): {summary['cum_loss']['fedsea']:.4f}; BCE per sample: {per}",
+                      soft_wrap=True)
+        console.print(f"best fixed model in hindsight: {comp['loss']:.4f} nats (gradient norm {comp['grad_norm']:.2g}); "
+                      f"true concept (w*, b*): {concept['loss']:.4f} nats, regret against it {concept['regret']:.4f}",
+                      soft_wrap=True)
     est = " (ESTIMATE)" if summary.get("regret_static_is_estimate") else ""
     console.print(f"static regret{est}: {summary['regret_static']:.4f}  [dim]({summary['regret_static_method']})[/dim]")
     for key in ("regret_expected", "regret_dynamic"):
@@ -174,7 +193,9 @@ def _print_summary(summary: dict, finished: bool = True):
         elif method:
             console.print(f"{key.replace('_', ' ')}: n/a{how}")
     for name, gap in summary.get("gaps", {}).items():
-        console.print(f"loss gap {'FedNCF' if summary.get('model') == 'gmf' else 'FedSEA'} − {name}: {gap:+.4f}")
+        main = {"gmf": "FedNCF", "sparse_logistic": "FedSubAvg" if summary.get("rule") == "fedsubavg"
+                else "FedAvg"}.get(summary.get("model"), "FedSEA")
+        console.print(f"loss gap {main} − {name}: {gap:+.4f}")
     reg = (summary.get("heterogeneity") or {}).get("regime") or {}
     if reg:
         verdict = {True: "helps", False: "does not help"}.get(reg.get("parallelisation_helps"),
@@ -226,9 +247,10 @@ def report(run_dir: Path = typer.Argument(..., help="A finished run folder (summ
             raise FileNotFoundError(f"{run_dir} is neither a run folder (no summary.json) nor a sweep folder "
                                     f"(no sweep.csv)")
         summary = _read_summary(summary_path)
-        from .report.plots import render_ranking_run, render_run   # matplotlib: once the folder is a run's
+        from .report.plots import render_ranking_run, render_run, render_sparse_run   # matplotlib: once a run's
         try:
-            paths = render_ranking_run(run_dir) if summary.get("model") == "gmf" else render_run(run_dir)
+            paths = {"gmf": render_ranking_run, "sparse_logistic": render_sparse_run}.get(
+                summary.get("model"), render_run)(run_dir)
         except (ValueError, KeyError, TypeError, IndexError, OSError) as e:
             metrics = run_dir / str(summary.get("metrics_file", "metrics.csv"))
             text = _message(e)
@@ -420,6 +442,9 @@ def _run_over_kafka(config, out, steps, seed, live, plots, broker, workers, keep
     from .runtime.kafka_run import BrokerUnavailable, KafkaRunError, run_kafka_experiment
     from .runtime.live import LiveView
     from .transport.topics import check_broker
+    if cfg.learner.model == "sparse_logistic":            # before the broker check, the header and any process
+        from .transport.spec import SPARSE_OVER_KAFKA
+        _fail(SPARSE_OVER_KAFKA)
     try:
         check_broker(broker)
         learner = "FedNCF GMF" if cfg.learner.model == "gmf" else "FedSEA"

@@ -318,7 +318,36 @@ class MovieLensSource(_Model):
     path: Path = Field(strict=False)
 
 
-Source = Annotated[Union[SyntheticSource, RiverSynthSource, RiverDatasetSource, FileSource, MovieLensSource],
+class SparsePowerLawSource(_Model):
+    """Drifting power-law sparse features, one stream per client (FedSubAvg's setting, paper 000 §1;
+    :class:`streamfl.generators.sparse_features.SparsePowerLawStream`; needs ``learner.model: sparse_logistic``).
+    T is the top-level ``steps``, b is ``learner.batch_size``."""
+    kind: Literal["sparse_powerlaw"]
+    clients: int = Field(100, ge=1)              # M
+    features: int = Field(2000, ge=1)            # F, rows of the table
+    nnz: int = Field(5, ge=1)                    # active features per sample
+    alpha: float = Field(1.0, gt=0)              # power-law exponent of the heat
+    hot: int = Field(10, ge=1)                   # r0: features ranked <= r0 are involved by every client
+    weight_scale: float = Field(1.0, ge=0)       # std of the true weights w*
+    intercept: float = 0.0                       # b*
+    drift_period: int | None = Field(100, ge=1)  # steps between popularity drift events (null: no drift)
+    drift_swaps: int = Field(5, ge=0)            # rank exchanges per drift event
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        if not self.nnz <= self.hot <= self.features:
+            raise ValueError(f"source.hot: must lie in [nnz, features] = [{self.nnz}, {self.features}] so that every "
+                             f"client involves at least nnz features (got {self.hot})")
+        pool = min(self.features, 4 * self.hot)
+        if self.drift_period is not None and self.drift_swaps > min(pool, self.features - pool):
+            raise ValueError(f"source.drift_swaps: a drift event exchanges {self.drift_swaps} of the {pool} hot "
+                             f"features (ranks <= 4·hot) with as many of the {self.features - pool} others; at most "
+                             f"{min(pool, self.features - pool)} (or set drift_period: null)")
+        return self
+
+
+Source = Annotated[Union[SyntheticSource, RiverSynthSource, RiverDatasetSource, FileSource, MovieLensSource,
+                         SparsePowerLawSource],
                    Field(discriminator="kind")]
 
 
@@ -359,10 +388,19 @@ class GMFConfig(_Model):
     item_rule: Literal["mf_fedavg", "fedavg", "simple_avg"] = "mf_fedavg"   # item-row aggregation
 
 
+class SparseConfig(_Model):
+    """The streaming sparse logistic client model (FedSubAvg, paper 000): the server rule of the table's rows
+    and the lazy L2 penalty λ on the rows a step uses."""
+    rule: Literal["fedsubavg", "fedavg"] = "fedsubavg"
+    l2: float = Field(0.0, ge=0)
+
+
 class LearnerConfig(_Model):
-    """FedSEA's knobs (and the client model: linear, or FedNCF's GMF for interaction streams)."""
-    model: Literal["linear", "gmf"] = "linear"
+    """FedSEA's knobs (and the client model: linear, FedNCF's GMF for interaction streams, or FedSubAvg's
+    sparse logistic regression for sparse-feature streams)."""
+    model: Literal["linear", "gmf", "sparse_logistic"] = "linear"
     gmf: GMFConfig | None = None
+    sparse: SparseConfig | None = None
     tau: int | None = Field(10, ge=1)
     step_size: StepSizeConfig = Field(default_factory=StepSizeConfig)
     batch_size: int = Field(1, ge=1)
@@ -421,7 +459,10 @@ class SweepConfig(_Model):
 #: 255-byte limit of a file name on common file systems.
 NAME_MAX = 100
 
-Baseline = Literal["tau1", "local", "centralized", "river"]
+Baseline = Literal["tau1", "local", "centralized", "river", "fedavg"]
+
+#: Baselines of learner.model sparse_logistic when the config lists none (fedavg: the same model, sparse FedAvg).
+SPARSE_BASELINES = ["tau1", "local", "fedavg"]
 
 
 class ExperimentConfig(_Model):
@@ -457,6 +498,8 @@ class ExperimentConfig(_Model):
     def _sweep_paths_exist(self):
         """Every swept path names a field (checked first: other messages would hide a misspelt path), and
         ``source.clients`` is swept."""
+        if self.sweep is not None and self.source.kind == "sparse_powerlaw":
+            raise ValueError("sweep: not available with source.kind sparse_powerlaw yet; run each setting on its own")
         if self.sweep is not None and self.source.kind == "movielens":
             raise ValueError("sweep: not available with source.kind movielens (a sweep compares numbers of "
                              "clients M; a MovieLens stream has one client per user); run each setting on its own")
@@ -487,6 +530,40 @@ class ExperimentConfig(_Model):
         if gmf and not movielens:
             raise ValueError(f"learner.model: gmf learns from interaction streams; set source.kind: movielens "
                              f"(source.kind is {self.source.kind})")
+        sparse, powerlaw = self.learner.model == "sparse_logistic", self.source.kind == "sparse_powerlaw"
+        if powerlaw and not sparse:
+            raise ValueError(f"learner.model: source.kind sparse_powerlaw carries feature ids, not feature values; set "
+                             f"learner.model: sparse_logistic (learner.model is {self.learner.model})")
+        if sparse and not powerlaw:
+            raise ValueError(f"learner.model: sparse_logistic learns from sparse feature ids; set source.kind: "
+                             f"sparse_powerlaw (source.kind is {self.source.kind})")
+        if self.learner.sparse is not None and not sparse:
+            raise ValueError("learner.sparse: only learner.model sparse_logistic uses it; set learner.model: "
+                             "sparse_logistic or remove it")
+        if "fedavg" in self.baselines and not sparse:
+            raise ValueError("baselines: fedavg is the sparse FedAvg rule of learner.model sparse_logistic; "
+                             "drop it from baselines")
+        if sparse:
+            lc = self.learner
+            if "baselines" not in self.model_fields_set:
+                self.baselines = list(SPARSE_BASELINES)
+            if lc.tau is None:
+                raise ValueError("learner.tau: a sparse_logistic client keeps a round's rows; set tau (e.g. 10)")
+            for field, bad in (("radius", lc.radius is not None), ("compression", lc.compression is not None)):
+                if bad:
+                    raise ValueError(f"learner.{field}: not available with learner.model sparse_logistic (no "
+                                     f"projection, uncompressed sparse uploads); remove it")
+            for name in self.baselines:
+                if name in ("centralized", "river"):
+                    why = ("one pooled dense model" if name == "centralized" else "River's dense linear models")
+                    raise ValueError(f"baselines: {name} is not available with learner.model sparse_logistic "
+                                     f"({why}, not a sparse client model); use tau1, local or fedavg")
+            if "fedavg" in self.baselines and (lc.sparse or SparseConfig()).rule == "fedavg":
+                raise ValueError("baselines: fedavg is already the main learner's rule (learner.sparse.rule: "
+                                 "fedavg); drop it from baselines")
+            if self.seeds > 1:
+                raise ValueError("seeds: not available with learner.model sparse_logistic yet; run one seed per run "
+                                 "(--seed)")
         if self.learner.gmf is not None and not gmf:
             raise ValueError("learner.gmf: only learner.model gmf uses it; set learner.model: gmf or remove it")
         if gmf:
@@ -510,7 +587,7 @@ class ExperimentConfig(_Model):
 
     @model_validator(mode="after")
     def _steps_for_generators(self):
-        if self.steps is None and self.source.kind in ("synthetic", "river_synth"):
+        if self.steps is None and self.source.kind in ("synthetic", "river_synth", "sparse_powerlaw"):
             raise ValueError("steps: a generator has no natural end; set steps to the number of steps T")
         if self.sweep is not None:
             src = self.source
@@ -551,7 +628,8 @@ def _format_error(err: ValidationError) -> str:
     e = err.errors()[0]
     loc = ".".join(str(p) for p in e["loc"] if not (isinstance(p, str) and p in {
         "synthetic", "river_synth", "river_dataset", "file", "abrupt", "rotation", "linear", "periodic",
-        "random_walk", "adaptive", "covariate_rotation", "covariate_scale", "label_flip"}))
+        "random_walk", "adaptive", "covariate_rotation", "covariate_scale", "label_flip",
+        "sparse_powerlaw"}))
     msg = e["msg"]
     if e["type"] == "union_tag_not_found":   # a section or list item without its `kind`
         owner = [p for p in e["loc"] if isinstance(p, str)][-1]

@@ -158,7 +158,8 @@ def test_the_run_header_and_summary_say_how_a_file_was_read(tmp_path):
     ("name: ../../escaped\nsteps: 5\n",
      "error: config error: name: a run name is one folder name, without '/', '\\' or '..' (got '../../escaped')"),
     ("steps: 5\nsource: {task: least_squares}\n",
-     "error: config error: source.kind is required: one of synthetic, river_synth, river_dataset, file, movielens"),
+     "error: config error: source.kind is required: one of synthetic, river_synth, river_dataset, file, movielens, "
+     "sparse_powerlaw"),
     ("steps: 5\nsource: {kind: synthetic, clients: true}\n",
      "error: config error: source.clients: Input should be a valid integer (got True)"),
     ("steps: 5\nlearner: {step_size: {kind: strongly_convex, t0: .inf}}\n",

@@ -58,7 +58,7 @@ def test_an_empty_file_is_the_default_experiment():
     # a misspelt path is named before any other sweep or cross-field message (the metric's was shown instead)
     ({"sweep": {"parameters": {"source.clients": [2, 4], "learner.etaa": [1, 2]}}},
      "config error: sweep.parameters.learner.etaa: learner has no field 'etaa' (fields: batch_size, compression, "
-     "gmf, model, radius, step_size, tau, weighting)"),
+     "gmf, model, radius, sparse, step_size, tau, weighting)"),
     ({"sweep": {"parameters": {"source.foo": [1, 2]}}},
      "config error: sweep.parameters.source.foo: source has no field 'foo' (fields: adversary, clients, covariate, "
      "dim, drift, feature_scale, heterogeneity, heterogeneity_change, kind, noise, radius, tails, task)"),
@@ -114,7 +114,8 @@ def test_a_float_field_takes_an_integer():
 
 @pytest.mark.parametrize("data,message", [
     ({"source": {"task": "least_squares"}},
-     "config error: source.kind is required: one of synthetic, river_synth, river_dataset, file, movielens"),
+     "config error: source.kind is required: one of synthetic, river_synth, river_dataset, file, movielens, "
+         "sparse_powerlaw"),
     ({"source": {"kind": "synthetic", "drift": [{"speed": 0.1}]}},
      "config error: source.drift.0.kind is required: one of abrupt, rotation, linear, periodic, random_walk, adaptive"),
     ({"source": {"kind": "file", "path": "t.csv", "label": "y", "inject": [{"start": 3}]}},

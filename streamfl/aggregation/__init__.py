@@ -7,6 +7,6 @@ SimpleAvg, MF-FedAvg, FedSubAvg).
 
 from .functions import weighted_average
 from .sparse import SparseRound, SparseRows, SparseUpdate
-from .strategy import FedAvg, LocalOnly, MFFedAvg, Strategy
+from .strategy import FedAvg, FedSubAvg, LocalOnly, MFFedAvg, Strategy
 
-__all__ = ["FedAvg", "LocalOnly", "MFFedAvg", "SparseRound", "SparseRows", "SparseUpdate", "Strategy", "weighted_average"]
+__all__ = ["FedAvg", "FedSubAvg", "LocalOnly", "MFFedAvg", "SparseRound", "SparseRows", "SparseUpdate", "Strategy", "weighted_average"]

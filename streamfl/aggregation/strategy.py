@@ -134,3 +134,87 @@ class MFFedAvg(Strategy):
         out.nbytes = sum(8 * (v.ids.size * (1 + v.rows.shape[1])) for v in out.sparse.values()) + \
             sum(8 * v.size for v in out.dense.values())
         return out
+
+
+class FedSubAvg(Strategy):
+    """FedSubAvg's server rule for streaming sparse models (paper 000, Algorithm 1), or sparse FedAvg to compare.
+
+    ``aggregate`` takes a :class:`~streamfl.models.client_model.ModelUpdate`
+    (the sparse table's rows per client and the dense weights stacked) and
+    returns a :class:`~streamfl.models.client_model.GlobalUpdate`, or
+    ``None`` when no client saw a sample in the round.
+
+    Sparse tables, rule ``fedsubavg``: :func:`~streamfl.aggregation.sparse.fedsubavg`
+    with the heat H_m = the number of clients of the population whose data
+    involve row m in this round, i.e. whose upload carries row m (paper 000,
+    §3: a feature's heat is the number of clients involving it; the paper
+    counts it under secure aggregation, here the server counts the rows in
+    the clear). In a streaming round every client that saw a sample takes
+    part, so the population is those K = N clients (the M clients of the
+    stream when all are present); with full participation the per-row
+    correction N/(K·H_m) = 1/H_m makes the rule exactly the mean over the
+    involving clients (it equals :func:`~streamfl.aggregation.sparse.mf_fedavg`).
+    Rule ``fedavg``: sparse FedAvg, uniform: Σ_i Δ_{i,m} / K, so a row
+    involved by H_m of the K clients moves H_m/K as far (the dilution FedSubAvg
+    removes, paper 000 §1).
+
+    Dense weights (the bias): the plain mean over the clients that took part
+    (its heat is K, so both rules agree on it).
+
+    Parameters
+    ----------
+    rule : {"fedsubavg", "fedavg"}
+
+    Raises
+    ------
+    ValueError
+        Unknown ``rule``.
+
+    Two clients, one moves row 5 by 0.007, the other never touches it:
+    FedSubAvg moves the row as its one involving client moved it, FedAvg
+    half as far.
+
+    >>> import numpy as np
+    >>> from streamfl.aggregation.sparse import SparseRound
+    >>> from streamfl.models.client_model import ModelUpdate
+    >>> r = SparseRound(client=np.array([0]), ids=np.array([5]), rows=np.array([[0.007]]),
+    ...                 counts=np.array([1]), n_samples=np.array([8, 8]))
+    >>> u = ModelUpdate(sparse={"w": r}, dense={"b": np.array([[1.0], [3.0]])}, n_samples=np.array([8, 8]))
+    >>> g = FedSubAvg().aggregate(u, u.n_samples)
+    >>> float(g.sparse["w"].rows[0, 0]), g.dense["b"].tolist()
+    (0.007, [2.0])
+    >>> float(FedSubAvg("fedavg").aggregate(u, u.n_samples).sparse["w"].rows[0, 0])
+    0.0035
+    """
+
+    RULES = ("fedsubavg", "fedavg")
+
+    def __init__(self, rule: str = "fedsubavg"):
+        if rule not in self.RULES:
+            raise ValueError(f"The 'rule' parameter of FedSubAvg must be one of {list(self.RULES)}. Got {rule!r} instead.")
+        self.rule = rule
+
+    def aggregate(self, update, n_samples):
+        from ..models.client_model import GlobalUpdate
+        from .sparse import fedavg, fedsubavg
+        n = np.asarray(n_samples)
+        taking_part = n > 0
+        if not taking_part.any():
+            return None
+        K = int(taking_part.sum())
+        out = GlobalUpdate()
+        for name, r in update.sparse.items():
+            # the round's clients only (K of them), renumbered 0..K−1
+            sub = type(r)(client=np.cumsum(taking_part)[r.client] - 1, ids=r.ids, rows=r.rows, counts=r.counts,
+                          n_samples=np.asarray(r.n_samples)[taking_part])
+            if self.rule == "fedavg":
+                out.sparse[name] = fedavg(sub, "uniform")
+            else:
+                n_rows = int(r.ids.max()) + 1 if r.ids.size else 0
+                heat = np.bincount(sub.ids, minlength=n_rows).astype(np.float64)   # clients involving each row
+                out.sparse[name] = fedsubavg(sub, heat, population=K)
+        for name, W in update.dense.items():
+            out.dense[name] = weighted_average(W, taking_part.astype(np.float64))
+        out.nbytes = sum(8 * (v.ids.size * (1 + v.rows.shape[1])) for v in out.sparse.values()) + \
+            sum(8 * v.size for v in out.dense.values())
+        return out

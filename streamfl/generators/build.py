@@ -44,6 +44,12 @@ def build_stream(cfg: ExperimentConfig):
         return RiverSynthStream(src.name, n_clients=src.clients, n_steps=cfg.steps, batch_size=b,
                                 seed=cfg.seed, params=src.params, shared_concept=src.shared_concept,
                                 standardize=src.standardize, standardize_label=src.standardize_label)
+    if src.kind == "sparse_powerlaw":
+        from ..generators.sparse_features import SparsePowerLawStream
+        return SparsePowerLawStream(n_clients=src.clients, n_features=src.features, nnz=src.nnz, batch_size=b,
+                                    n_steps=cfg.steps, alpha=src.alpha, hot=src.hot, weight_scale=src.weight_scale,
+                                    intercept=src.intercept, drift_period=src.drift_period,
+                                    drift_swaps=src.drift_swaps, seed=cfg.seed)
     if src.kind == "movielens":
         from ..generators.interactions import movielens_stream
         return movielens_stream(src.path, max_steps=cfg.steps)

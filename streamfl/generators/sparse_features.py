@@ -72,6 +72,20 @@ class SparseChunk:
     def n_steps(self) -> int:
         return self.ids.shape[0]
 
+    @property
+    def X(self) -> np.ndarray:
+        """The feature ids (n, M, b, nnz) int64 under the engine's name (``chunk.X[i]`` is step i's (M, b, nnz)).
+
+        No dense (n, M, b, F) array is ever built: a sparse client model
+        (:class:`~streamfl.models.streaming_sparse.StreamingSparseLogistic`)
+        reads ids, not feature values.
+        """
+        return self.ids
+
+    def weights(self) -> np.ndarray:
+        """Per-step client weights c_{t,m} = 1/M, shape (n, M) (every client is present at every step)."""
+        return np.full(self.ids.shape[:2], 1.0 / self.ids.shape[1])
+
 
 class SparsePowerLawStream:
     """Drifting power-law sparse features, one stream per client (see module doc).
@@ -119,6 +133,8 @@ class SparsePowerLawStream:
     """
 
     task = "logistic"
+    kind = "sparse"          # the run header and the runner tell a sparse-feature stream by this
+    adaptive = False         # the engine never feeds the learners' models back (no adaptive adversary)
 
     def __init__(self, n_clients: int = 100, n_features: int = 2000, nnz: int = 5, batch_size: int = 8,
                  n_steps: int = 1000, alpha: float = 1.0, hot: int = 10, weight_scale: float = 1.0,

@@ -21,9 +21,12 @@ measured while testing (e.g. the rank of an arriving positive for
 prequential HR@10), shape (M,) each.
 
 Implementations: :class:`~streamfl.models.linear.StackedLinear` (FedSEA's
-linear models, dense (M, d, K) updates) and
+linear models, dense (M, d, K) updates),
 :class:`~streamfl.models.streaming_gmf.StreamingGMF` (FedNCF's GMF,
-paper 003, sparse item rows with MF-FedAvg).
+paper 003, sparse item rows with MF-FedAvg) and
+:class:`~streamfl.models.streaming_sparse.StreamingSparseLogistic`
+(FedSubAvg's sparse logistic regression, paper 000, sparse feature rows
+with FedSubAvg).
 """
 
 from __future__ import annotations
@@ -96,7 +99,8 @@ class ClientModel(ABC):
         ----------
         X : ndarray (M, b, d)
             The step's samples (for an interaction stream, ``X[m, :, 0]``
-            holds item ids).
+            holds item ids; for a sparse-feature stream X is (M, b, nnz),
+            ``X[m, j]`` the ids of sample j's active features).
         y : ndarray (M, b)
         t : int
             Global step, 1-based.

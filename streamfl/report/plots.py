@@ -85,6 +85,7 @@ _COMPARATORS = (
     ("regret_static", "static: best fixed in hindsight", "#1f77b4"),
     ("regret_expected", "expected: FedSEA eq. (3)", "#d62728"),
     ("regret_dynamic", "dynamic: per-step optimum", "#2ca02c"),
+    ("regret_concept", "vs the generator's true concept (w*, b*)", "#e6ab02"),     # sparse_logistic runs
 )
 _BASELINE_COLOURS = ("#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 _CLIENT_RE = re.compile(r"^client(\d+)_cum_loss$")
@@ -232,6 +233,8 @@ def _run_name(summary: Mapping | None) -> str:
 def _main_label(summary: Mapping | None) -> str:
     """The main learner as readers know it ('FedSEA' for the learner named fedsea)."""
     main = str((summary or {}).get("main") or "main learner")
+    if (summary or {}).get("model") == "sparse_logistic":
+        return "FedSubAvg" if summary.get("rule", "fedsubavg") == "fedsubavg" else "FedAvg"
     return "FedSEA" if main == "fedsea" else main
 
 
@@ -1357,6 +1360,52 @@ def render_ranking_run(run_dir: str | Path) -> list[Path]:
     path = out / "ranking.png"
     fig.savefig(path, dpi=110)
     return [path]
+
+
+def render_sparse_run(run_dir: str | Path) -> list[Path]:
+    """The figures of a streaming sparse logistic run (``learner.model: sparse_logistic``).
+
+    Writes ``plots/regret.png`` and ``plots/regret_over_sqrt_t.png`` (:func:`plot_regret`,
+    :func:`plot_regret_over_sqrt_t`: static regret against the best fixed sparse model in hindsight, regret
+    against the generator's concept, loss gaps to the baselines) and ``plots/loss.png``: the cumulative loss
+    Σ_t Σ_m c_tm f (nats) of every learner, of the fixed comparator and of the concept, against t.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the metrics or the summary file is missing.
+    ValueError
+        If ``t`` or ``cum_loss`` is missing.
+    """
+    run_dir = Path(run_dir)
+    df = load_metrics(run_dir)
+    summary = load_summary(run_dir)
+    out = run_dir / "plots"
+    paths = [plot_regret(df, summary, out / "regret.png"),
+             plot_regret_over_sqrt_t(df, summary, out / "regret_over_sqrt_t.png")]
+    _require(df, REQUIRED)
+    thin = _thin(df)
+    t = thin["t"].to_numpy(dtype=float)
+    fig = _new_figure()
+    ax = fig.add_subplot()
+    main = _main_label(summary)
+    ax.plot(t, thin["cum_loss"], color="#1f77b4", linewidth=1.8, label=f"{main} (main, τ = {summary.get('tau')})")
+    for i, b in enumerate(_baselines(df)):
+        ax.plot(t, thin[f"cum_loss_{b}"], color=_BASELINE_COLOURS[i % len(_BASELINE_COLOURS)],
+                linestyle=_GAP_STYLES[i % len(_GAP_STYLES)], linewidth=1.4, label=b)
+    if _has_data(thin, "comparator_static"):
+        ax.plot(t, thin["comparator_static"], color="0.3", linewidth=1.2, label="best fixed model in hindsight")
+    if _has_data(thin, "concept_loss"):
+        ax.plot(t, thin["concept_loss"], color="#e6ab02", linewidth=1.2, linestyle=":", label="true concept (w*, b*)")
+    ax.set_xlabel("step t")
+    ax.set_ylabel("cumulative loss Σ_t Σ_m c_tm f (nats)")
+    _style(ax)
+    _legend_below(fig, ax)
+    _titles(fig, ax, f"{_run_name(summary)}: cumulative loss",
+            f"T = {int(df['t'].iloc[-1]):,} steps, {_clients_text(summary.get('n_clients'))}, "
+            f"F = {summary.get('n_features')} features")
+    paths.append(_save(fig, out / "loss.png"))
+    return paths
 
 
 # ---------------------------------------------------------------------- sweeps

@@ -129,6 +129,41 @@ def build_gmf_learners(cfg: ExperimentConfig, stream) -> dict:
     return learners
 
 
+def sparse_strategy(cfg: ExperimentConfig, rule: str | None = None):
+    """The server rule of a streaming sparse logistic run (:class:`~streamfl.aggregation.FedSubAvg` with
+    ``learner.sparse.rule``, or ``rule`` if given)."""
+    from ..aggregation import FedSubAvg
+    from ..config import SparseConfig
+    return FedSubAvg(rule or (cfg.learner.sparse or SparseConfig()).rule)
+
+
+def build_sparse_learners(cfg: ExperimentConfig, stream) -> dict:
+    """Streaming sparse logistic learners (:class:`~streamfl.models.streaming_sparse.StreamingSparseLogistic`
+    clients in the engine's :class:`Federated` learner, :class:`~streamfl.aggregation.FedSubAvg` server): the
+    main learner (τ = ``learner.tau``, rule ``learner.sparse.rule``) and, if listed in ``baselines``, ``tau1``
+    (a round every step, same rule), ``local`` (never communicates) and ``fedavg`` (τ, sparse FedAvg uniform).
+    Every learner starts from the zero model (w = 0, b = 0)."""
+    from ..config import SparseConfig
+    from ..models.streaming_sparse import StreamingSparseLogistic
+    lc = cfg.learner
+    sp = lc.sparse or SparseConfig()
+    eta = StepSize(lc.step_size.kind, lc.step_size.eta, lc.step_size.mu, lc.step_size.t0)
+
+    def clients(tau):
+        return StreamingSparseLogistic(stream.n_clients, stream.n_features, eta, tau, stream.batch_size,
+                                       stream.nnz, sp.l2)
+
+    learners = {MAIN: Federated(clients(lc.tau), lc.tau, sparse_strategy(cfg))}
+    for name in cfg.baselines:
+        if name == "tau1":
+            learners[name] = Federated(clients(1), 1, sparse_strategy(cfg))
+        elif name == "local":
+            learners[name] = Federated(clients(None), None)
+        elif name == "fedavg":
+            learners[name] = Federated(clients(lc.tau), lc.tau, sparse_strategy(cfg, "fedavg"))
+    return learners
+
+
 def tracker_learner(cfg: ExperimentConfig) -> dict:
     """The main learner's η_t and τ, which the tracker's regime condition needs (both modes use it)."""
     lc = cfg.learner
@@ -234,6 +269,8 @@ def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> 
     stream = build_stream(cfg) if stream is None else stream
     if cfg.learner.model == "gmf":
         return _run_gmf(cfg, run_dir, on_chunk, plots, stream)
+    if cfg.learner.model == "sparse_logistic":
+        return _run_sparse(cfg, run_dir, on_chunk, plots, stream)
     learners = build_learners(cfg, stream)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     sink = MetricsSink(run_dir, cfg.output.format)
@@ -299,6 +336,49 @@ def _run_gmf(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream) -> d
     if cfg.output.plots if plots is None else plots:
         from ..report.plots import render_ranking_run
         summary["plots"] = [str(p) for p in render_ranking_run(run_dir)]
+    return summary
+
+
+def _run_sparse(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream) -> dict:
+    """A streaming FedSubAvg run: the same engine loop, the sparse tracker (:mod:`streamfl.regret.sparse`)."""
+    from ..config import SparseConfig
+    from ..regret.sparse import SparseRegretTracker
+    learners = build_sparse_learners(cfg, stream)
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    sink = MetricsSink(run_dir, cfg.output.format)
+    tracker = SparseRegretTracker(stream, MAIN, list(learners), sink=sink)
+    started = time.perf_counter()
+    cpu = time.process_time()
+    hook = (lambda tr: on_chunk(tr, stream)) if on_chunk else None
+    run_stream(stream, learners, tracker, MAIN, cfg.chunk_size, hook)
+    elapsed = time.perf_counter() - started
+    engine_cpu = time.process_time() - cpu - tracker.fit_seconds
+    sink.close()
+    summary = tracker.finalize()
+    _add_columns(sink.path, tracker.static_columns)
+    sp = cfg.learner.sparse or SparseConfig()
+    summary.update({
+        "main": MAIN, "model": "sparse_logistic", "rule": sp.rule, "l2": sp.l2,
+        "n_clients": stream.n_clients, "n_features": stream.n_features, "nnz": stream.nnz,
+        "batch_size": stream.batch_size, "task": "logistic", "n_steps": tracker.state.t,
+        "tau": cfg.learner.tau, "rounds": learners[MAIN].rounds, "elapsed_seconds": elapsed,
+        "engine_cpu_seconds": engine_cpu, "samples_per_second": tracker.samples / max(elapsed, 1e-9),
+        "bytes_up": learners[MAIN].bytes_up, "bytes_down": learners[MAIN].bytes_down,
+        "learners": {name: {"tau": lr.tau, "rule": None if lr.tau is None else lr.strategy.rule,
+                            "rounds": lr.rounds, "bytes_up": lr.bytes_up, "bytes_down": lr.bytes_down,
+                            "cum_loss": summary["cum_loss"][name]} for name, lr in learners.items()},
+        "config": json.loads(cfg.model_dump_json()), "run_dir": str(run_dir),
+        "metrics_file": sink.path.name, "inputs": describe_inputs(cfg, stream), "chunk_size_used": cfg.chunk_size,
+        "bottleneck": None,
+    })
+    # what the run decided (the header's notes) and what the tracker found (printed after the summary)
+    summary["tracker_notes"] = list(tracker.notes)
+    summary["notes"] = summary["inputs"]["notes"] + list(tracker.notes)
+    summary["gaps"] = {name: summary["cum_loss"][MAIN] - v for name, v in summary["cum_loss"].items() if name != MAIN}
+    (run_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2))
+    if cfg.output.plots if plots is None else plots:
+        from ..report.plots import render_sparse_run
+        summary["plots"] = [str(p) for p in render_sparse_run(run_dir)]
     return summary
 
 

@@ -86,7 +86,32 @@ class LiveView:
                     "chunk) on the stream so far; GMF is non-convex", style="dim")
         return Group(t, r, note)
 
+    def sparse_table(self, tracker) -> Table:
+        """The live table of a streaming sparse logistic run (:class:`~streamfl.regret.sparse.SparseRegretTracker`)."""
+        st = tracker.state
+        rate = st.samples / max(time.perf_counter() - self.started, 1e-9)
+        sent = (f"   bytes up = {st.bytes_up:,}   down = {st.bytes_down:,}" if st.bytes_up is not None else "")
+        t = Table(title=f"t = {st.t:,}   samples/s = {rate:,.0f}{sent}", expand=False)
+        t.add_column("learner")
+        t.add_column("cum. loss (nats)", justify="right")
+        t.add_column("loss per sample", justify="right")
+        t.add_column("main − this", justify="right")
+        for name, v in st.cum_loss.items():
+            t.add_row(name, _fmt(v), _fmt(v / max(st.t, 1)),
+                      "" if name == tracker.main else _fmt(st.cum_loss[tracker.main] - v))
+        r = Table(show_header=True, expand=False)
+        r.add_column("regret of the main learner vs")
+        r.add_column("R_t", justify="right")
+        r.add_column("R_t/√t", justify="right")
+        for key, label in (("static", f"best fixed sparse model (hindsight, to ‖∇‖ ≤ {tracker.tol:g}, at chunk ends)"),
+                           ("concept", "the generator's concept (w*, b*)")):
+            v = st.regret.get(key)
+            r.add_row(label, _fmt(v), _fmt(v / math.sqrt(st.t) if v is not None and st.t else None))
+        return Group(t, r)
+
     def table(self, tracker) -> Table:
+        if hasattr(tracker, "concept_cum"):
+            return self.sparse_table(tracker)
         if hasattr(tracker, "observes"):
             return self.ranking_table(tracker)
         st = tracker.state

@@ -90,8 +90,15 @@ def learner_spec(cfg: ExperimentConfig, stream) -> LearnerSpec:
                        eta, lc.radius, lc.tau)
 
 
+#: Why a streaming sparse logistic run (FedSubAvg) is refused over Kafka (``run --broker`` and every role).
+SPARSE_OVER_KAFKA = ("--broker: learner.model sparse_logistic runs embedded only for now (its sparse uploads have no "
+                     "Kafka wire format yet); run without --broker")
+
+
 def kafka_unsupported(cfg: ExperimentConfig, stream) -> str | None:
     """Why ``cfg`` cannot run over Kafka, or ``None`` if it can."""
+    if cfg.learner.model == "sparse_logistic":
+        return SPARSE_OVER_KAFKA
     if cfg.sweep is not None:
         return "sweeps are not supported over Kafka; run each configuration separately"
     if getattr(stream, "adaptive", False):
