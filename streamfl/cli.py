@@ -177,7 +177,9 @@ def _print_summary(summary: dict, finished: bool = True):
                       f"BCE per interaction {comp['avg_loss_per_interaction']:.4f}")
     if summary.get("model") == "sparse_logistic":
         comp, concept = summary["comparator"], summary["concept"]
-        per = "  ".join(f"{name} {v:.4f}" for name, v in summary["avg_loss_per_sample"].items())
+        from .report.plots import main_label
+        per = "  ".join(f"{main_label(summary) if name == summary['main'] else name} {v:.4f}"
+                        for name, v in summary["avg_loss_per_sample"].items())
         console.print(f"cumulative loss (nats): {summary['cum_loss']['fedsea']:.4f}; BCE per sample: {per}",
                       soft_wrap=True)
         console.print(f"best fixed model in hindsight: {comp['loss']:.4f} nats (gradient norm {comp['grad_norm']:.2g}); "
@@ -193,8 +195,8 @@ def _print_summary(summary: dict, finished: bool = True):
         elif method:
             console.print(f"{key.replace('_', ' ')}: n/a{how}")
     for name, gap in summary.get("gaps", {}).items():
-        main = {"gmf": "FedNCF", "sparse_logistic": "FedSubAvg" if summary.get("rule") == "fedsubavg"
-                else "FedAvg"}.get(summary.get("model"), "FedSEA")
+        from .report.plots import main_label
+        main = main_label(summary)
         console.print(f"loss gap {main} − {name}: {gap:+.4f}")
     reg = (summary.get("heterogeneity") or {}).get("regime") or {}
     if reg:

@@ -247,6 +247,7 @@ learner: {model: sparse_logistic, tau: 4, batch_size: 2, step_size: {eta: 0.5}}
     assert out.returncode == 0, out.stderr
     assert "F = 200 features (a table row each), nnz = 3 active per sample, b = 2" in out.stdout
     assert "note: baselines: tau1, local, fedavg" in out.stdout and "loss gap FedSubAvg − fedavg: " in out.stdout
+    assert "; BCE per sample: FedSubAvg 0." in out.stdout and "fedsea" not in out.stdout   # the engine's key, not a name
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     for key in ("cum_loss", "regret_static", "regret_static_method", "comparator", "concept", "notes", "learners",
                 "gaps", "avg_loss_per_sample", "bytes_up", "elapsed_seconds", "inputs"):

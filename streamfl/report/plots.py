@@ -224,9 +224,23 @@ def _config(summary: Mapping | None) -> dict:
     return cfg if isinstance(cfg, dict) else {}
 
 
+def main_label(summary: Mapping | None) -> str:
+    """How plots and the CLI name a run's main learner: FedSEA, FedNCF (streaming GMF), FedSubAvg or FedAvg
+    (streaming sparse logistic, by ``learner.sparse.rule``)."""
+    summary = summary or {}
+    model = summary.get("model")
+    if model == "gmf":
+        return "FedNCF"
+    if model == "sparse_logistic":
+        return "FedSubAvg" if summary.get("rule") == "fedsubavg" else "FedAvg"
+    return "FedSEA"
+
+
 def _run_name(summary: Mapping | None) -> str:
     name = _config(summary).get("name")
     main = (summary or {}).get("main") or "learner"
+    if (summary or {}).get("model") in ("gmf", "sparse_logistic"):
+        main = main_label(summary)
     return f"{name} ({main})" if name else str(main)
 
 
