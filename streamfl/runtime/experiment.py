@@ -304,13 +304,16 @@ def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> 
     return summary
 
 
-def _run_gmf(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream) -> dict:
-    """A streaming FedNCF run: the same engine loop, the ranking tracker (:mod:`streamfl.regret.ranking`)."""
-    from ..regret.ranking import RankingTracker
-    learners = build_gmf_learners(cfg, stream)
+def _drive(cfg: ExperimentConfig, run_dir: Path, on_chunk, stream, learners: dict, make_tracker):
+    """Run a client-model experiment whose tracker fits its comparator offline (GMF, sparse logistic).
+
+    Writes ``config.yaml``, streams every learner through :func:`run_stream` into the metrics file, then
+    finalizes the tracker and adds its static columns. Returns ``(tracker, summary, elapsed wall s,
+    engine CPU s without the comparator's fits, sink)``.
+    """
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     sink = MetricsSink(run_dir, cfg.output.format)
-    tracker = RankingTracker(stream, MAIN, list(learners), learners[MAIN].clients, sink=sink)
+    tracker = make_tracker(sink)
     started = time.perf_counter()
     cpu = time.process_time()
     hook = (lambda tr: on_chunk(tr, stream)) if on_chunk else None
@@ -320,6 +323,16 @@ def _run_gmf(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream) -> d
     sink.close()
     summary = tracker.finalize()
     _add_columns(sink.path, tracker.static_columns)
+    return tracker, summary, elapsed, engine_cpu, sink
+
+
+def _run_gmf(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream) -> dict:
+    """A streaming FedNCF run: the same engine loop, the ranking tracker (:mod:`streamfl.regret.ranking`)."""
+    from ..regret.ranking import RankingTracker
+    learners = build_gmf_learners(cfg, stream)
+    tracker, summary, elapsed, engine_cpu, sink = _drive(
+        cfg, run_dir, on_chunk, stream, learners,
+        lambda sink: RankingTracker(stream, MAIN, list(learners), learners[MAIN].clients, sink=sink))
     summary.update({
         "main": MAIN, "model": "gmf", "n_clients": stream.n_clients, "n_items": stream.n_items,
         "task": "bce (implicit feedback)", "n_steps": tracker.state.t, "tau": cfg.learner.tau,
@@ -344,18 +357,8 @@ def _run_sparse(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream) -
     from ..config import SparseConfig
     from ..regret.sparse import SparseRegretTracker
     learners = build_sparse_learners(cfg, stream)
-    (run_dir / "config.yaml").write_text(dump_config(cfg))
-    sink = MetricsSink(run_dir, cfg.output.format)
-    tracker = SparseRegretTracker(stream, MAIN, list(learners), sink=sink)
-    started = time.perf_counter()
-    cpu = time.process_time()
-    hook = (lambda tr: on_chunk(tr, stream)) if on_chunk else None
-    run_stream(stream, learners, tracker, MAIN, cfg.chunk_size, hook)
-    elapsed = time.perf_counter() - started
-    engine_cpu = time.process_time() - cpu - tracker.fit_seconds
-    sink.close()
-    summary = tracker.finalize()
-    _add_columns(sink.path, tracker.static_columns)
+    tracker, summary, elapsed, engine_cpu, sink = _drive(
+        cfg, run_dir, on_chunk, stream, learners, lambda sink: SparseRegretTracker(stream, MAIN, list(learners), sink=sink))
     sp = cfg.learner.sparse or SparseConfig()
     summary.update({
         "main": MAIN, "model": "sparse_logistic", "rule": sp.rule, "l2": sp.l2,
