@@ -171,6 +171,18 @@ def test_static_regret_recomputed_by_hand():
     assert comp <= concept                                   # the best fixed model beats the concept in hindsight
     assert sum(summary["client_regret"]) == pytest.approx(summary["regret_static"], rel=1e-10)
     assert tracker.static_columns["regret_static"].iloc[-1] == pytest.approx(summary["regret_static"], rel=1e-12)
+    # features seen with one label only: the best fixed model's weight for them is unbounded, and the summary says so
+    ids = np.concatenate([c.ids for c in stream.chunks(7)]).reshape(-1, 4)
+    ys = np.concatenate([c.y for c in stream.chunks(7)]).reshape(-1)
+    labels = {}
+    for row, label in zip(ids.tolist(), ys.tolist()):
+        for f in row:
+            labels.setdefault(f, set()).add(label)
+    one = sum(len(v) == 1 for v in labels.values())
+    assert summary["comparator"]["one_label_features"] == one
+    assert any(n.startswith(f"{one} feature(s) appear only in samples of one label") for n in summary["notes"]) == (one > 0)
+    # by hand: feature 0 with labels 1 and 0, feature 1 with 1 only, feature 2 with 0 only, feature 3 unseen
+    assert tracker.one_label_features(np.array([[0, 1], [0, 2]]), np.array([1, 0], np.int8)) == 2
 
 
 # ---------------------------------------------------------------- (d) FedSubAvg against FedAvg on a drifting stream

@@ -238,6 +238,17 @@ class SparseRegretTracker:
         self.fit_seconds += time.process_time() - started
         return value
 
+    def one_label_features(self, ids: np.ndarray, y: np.ndarray) -> int:
+        """How many features occur in the recorded samples with one label only (ids (R, nnz), y (R,)).
+
+        For such a feature the loss keeps falling as its weight goes to ±∞, so no
+        best fixed model attains the infimum; the count goes into the summary.
+        """
+        flat = ids.reshape(-1)
+        pos = np.bincount(flat, weights=np.repeat(y.astype(np.float64), ids.shape[1]), minlength=self.F)
+        seen = np.bincount(flat, minlength=self.F)
+        return int(np.count_nonzero((seen > 0) & ((pos == 0) | (pos == seen))))
+
     def finalize(self) -> dict:
         """Fit the comparator on the whole stream (warm-started), charge it step by step; the summary's figures."""
         self._fit()
@@ -254,6 +265,12 @@ class SparseRegretTracker:
         if not self.fit["converged"]:
             self.notes.append(f"the comparator stopped at gradient norm {self.fit['grad_norm']:.3g} > tol "
                               f"{self.tol:g}: its loss is an upper bound, the static regret a lower bound")
+        one_label = self.one_label_features(ids, y)
+        if one_label:
+            self.notes.append(f"{one_label} feature(s) appear only in samples of one label: the best fixed model's "
+                              f"weights for them are unbounded (the infimum is not attained); the comparator stops "
+                              f"at gradient norm {self.fit['grad_norm']:.2g}, so its loss lies above the infimum by "
+                              f"about that much per such row")
         client_comp = np.bincount(client, weights=per, minlength=self.M)
         return {
             "cum_loss": dict(self.cum),
@@ -266,6 +283,7 @@ class SparseRegretTracker:
             "comparator": {"loss": float(comp[-1]), "method": self.comparator_method, "tol": self.tol,
                            **self.fit, "bias": float(self.theta[-1]),
                            "nonzero_rows": int(np.count_nonzero(self.theta[:-1])),
+                           "one_label_features": one_label,
                            "cpu_seconds": self.fit_seconds},
             "concept": {"loss": self.concept_cum, "regret": self.cum[self.main] - self.concept_cum,
                         "method": "the generator's true concept (w*, b*), charged on the same samples"},
