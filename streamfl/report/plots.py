@@ -645,6 +645,7 @@ def _regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
                         linestyle=_GAP_STYLES[i % len(_GAP_STYLES)], linewidth=1.4, label=label, zorder=2 + i,
                         marker=_GAP_MARKERS[i % len(_GAP_MARKERS)], markersize=5, markerfacecolor="white",
                         markevery=(i * every // len(gaps), every))
+            _band(bottom, thin, f"gap_{b}", colour, t)         # a seeds run: the 95 % t-interval
         bottom.set_ylabel(f"loss gap ({units})")
         main = _main_label(summary)
         bottom.set_title(f"loss gaps: {main}'s cumulative loss − each baseline's (below 0: {main} ahead)",
@@ -1404,22 +1405,40 @@ def render_sparse_run(run_dir: str | Path) -> list[Path]:
     ax = fig.add_subplot()
     main = _main_label(summary)
     ax.plot(t, thin["cum_loss"], color="#1f77b4", linewidth=1.8, label=f"{main} (main, τ = {summary.get('tau')})")
+    _band(ax, thin, "cum_loss", "#1f77b4", t)            # a seeds run: the 95 % t-interval
     for i, b in enumerate(_baselines(df)):
-        ax.plot(t, thin[f"cum_loss_{b}"], color=_BASELINE_COLOURS[i % len(_BASELINE_COLOURS)],
-                linestyle=_GAP_STYLES[i % len(_GAP_STYLES)], linewidth=1.4, label=b)
+        colour = _BASELINE_COLOURS[i % len(_BASELINE_COLOURS)]
+        ax.plot(t, thin[f"cum_loss_{b}"], color=colour, linestyle=_GAP_STYLES[i % len(_GAP_STYLES)],
+                linewidth=1.4, label=b)
+        _band(ax, thin, f"cum_loss_{b}", colour, t)
     if _has_data(thin, "comparator_static"):
         ax.plot(t, thin["comparator_static"], color="0.3", linewidth=1.2, label="best fixed model in hindsight")
+        _band(ax, thin, "comparator_static", "0.3", t)
     if _has_data(thin, "concept_loss"):
         ax.plot(t, thin["concept_loss"], color="#e6ab02", linewidth=1.2, linestyle=":", label="true concept (w*, b*)")
+        _band(ax, thin, "concept_loss", "#e6ab02", t)
     ax.set_xlabel("step t")
     ax.set_ylabel("cumulative loss Σ_t Σ_m c_tm f (nats)")
     _style(ax)
     _legend_below(fig, ax)
     _titles(fig, ax, f"{_run_name(summary)}: cumulative loss",
             f"T = {int(df['t'].iloc[-1]):,} steps, {_clients_text(summary.get('n_clients'))}, "
-            f"F = {summary.get('n_features')} features")
+            f"F = {summary.get('n_features')} features{_seeds_note(summary)}")
     paths.append(_save(fig, out / "loss.png"))
     return paths
+
+
+def render_model_run(run_dir: str | Path) -> list[Path]:
+    """Render a finished run folder (one run or a seeds run's parent) with the figures of its model.
+
+    Dispatches on ``summary.json``'s ``model``: :func:`render_ranking_run` (``gmf``),
+    :func:`render_sparse_run` (``sparse_logistic``), else :func:`render_run` (the linear models).
+    Returns the written PNG paths; raises what the chosen renderer raises (FileNotFoundError,
+    ValueError).
+    """
+    model = load_summary(run_dir).get("model")
+    render = {"gmf": render_ranking_run, "sparse_logistic": render_sparse_run}.get(model, render_run)
+    return render(run_dir)
 
 
 # ---------------------------------------------------------------------- sweeps

@@ -161,7 +161,7 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plo
 def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: int | None) -> dict:
     from rich.progress import Progress
 
-    from ..report.plots import plot_regime_agreement, plot_sweep, render_run
+    from ..report.plots import plot_regime_agreement, plot_sweep, render_model_run
 
     sweep = cfg.sweep
     sweep_plots = True if plots is None else bool(plots)
@@ -220,7 +220,7 @@ def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: in
         if n_seeds > 1:
             summarize_seeds(summaries, dirs, root / name, sub)
             if plots:
-                render_run(root / name)
+                render_model_run(root / name)
         M = M or summaries[0]["n_clients"]
         finals = [s.get(metric) for s in summaries]
         fin = t_interval(finals)
