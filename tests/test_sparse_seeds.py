@@ -59,6 +59,8 @@ def test_seeds_run_writes_every_seed_and_the_mean_of_their_summaries(tmp_path):
     np.testing.assert_allclose(agg["regret_static"], sum(p["regret_static"] for p in per) / 3, rtol=1e-9)
     assert {"regret_static_lo", "regret_static_hi", "gap_fedavg_lo", "cum_loss_fedavg_hi"} <= set(agg.columns)
     assert {p.name for p in (root / "plots").iterdir()} == {"regret.png", "regret_over_sqrt_t.png", "loss.png"}
+    from streamfl.report.plots import _baselines        # the interval columns are bands, not three more baselines
+    assert _baselines(agg) == ["tau1", "local", "fedavg"]
     r = summary["intervals"]["regret_static"]
     assert f"regret static: {r['mean']:.4f} ± {r['hi'] - r['mean']:.4f}  (n = 3)" in proc.stdout
     assert f"loss gap FedSubAvg − fedavg: {gap['mean']:.4f} ± {gap['hi'] - gap['mean']:.4f}  (n = 3)" in proc.stdout

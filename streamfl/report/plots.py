@@ -261,8 +261,11 @@ def _loss_units(summary: Mapping | None) -> str:
 
 
 def _baselines(df: pd.DataFrame) -> list[str]:
-    """Baseline names found as ``gap_<name>`` columns (known names first)."""
-    names = [c[len("gap_"):] for c in df.columns if c.startswith("gap_")]
+    """Baseline names found as ``gap_<name>`` columns (known names first); a seeds run's interval columns
+    ``gap_<name>_lo``/``_hi`` are bands of ``gap_<name>``, not baselines."""
+    cols = set(df.columns)
+    names = [c[len("gap_"):] for c in df.columns if c.startswith("gap_")
+             and not (c.endswith(("_lo", "_hi")) and c[:-3] in cols)]
     return sorted(names, key=lambda b: (BASELINES.index(b) if b in BASELINES else len(BASELINES), b))
 
 
