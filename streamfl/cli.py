@@ -77,6 +77,7 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
             from .runtime.sweep import run_sweep     # imported only for a sweep: start-up of a single run
             result = run_sweep(cfg, out, console=console, live=live, plots=plots)
             console.print(f"[bold green]sweep done[/] → {result['dir']}")
+            _print_sweep_rows(result["rows"])
             if result["plot"]:
                 console.print(f"comparison plot: {result['plot']}")
             if result.get("agreement"):
@@ -102,6 +103,27 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
     except USER_ERRORS as e:
         _fail(_message(e))
     _print_summary(summary)
+
+
+def _print_sweep_rows(rows: list[dict]) -> None:
+    """One line per setting of a finished sweep: the final metric (mean ± 95 % t half-width when seeds > 1)
+    and, for sparse logistic settings, the loss gap to the fedavg baseline (FedSubAvg's lead when < 0)."""
+    from .report.plots import SWEEP_METRICS
+
+    def pm(row: dict, key: str) -> str:
+        mean, hi = row.get(key), row.get(f"{key}_hi")
+        if mean is None or mean != mean:
+            return "n/a"
+        return f"{mean:.4f}" + (f" ± {hi - mean:.4f}" if hi is not None and hi == hi else "")
+
+    for row in rows:
+        metric = next((m for m in SWEEP_METRICS if m in row), None)
+        if metric is None:
+            continue
+        line = f"  {row['run']} (M = {row['M']}): {metric.replace('_', ' ')} {pm(row, metric)}"
+        if "gap_fedavg" in row:
+            line += f"; loss gap to fedavg {pm(row, 'gap_fedavg')} nats"
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def _learner_label(cfg) -> str:

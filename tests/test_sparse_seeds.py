@@ -81,6 +81,8 @@ def test_sweep_over_clients_reports_each_settings_summary(tmp_path):
         assert rec["regret_static"] == pytest.approx(summary["regret_static"], rel=1e-12)
         assert rec["gap_fedavg"] == pytest.approx(summary["gaps"]["fedavg"], rel=1e-12)
         assert rec["regret_concept"] == pytest.approx(summary["concept"]["regret"], rel=1e-12)
+        assert (f"  {rec['run']} (M = {rec['M']}): regret static {summary['regret_static']:.4f}; loss gap to fedavg "
+                f"{summary['gaps']['fedavg']:.4f} nats") in proc.stdout.splitlines()
     saved = json.loads((root / "sweep.json").read_text())
     assert saved["metric"] == "regret_static" and saved["metric_source"] == "config" and saved["agreement"] is None
     assert not (root / "agreement.csv").exists() and not list(root.rglob("*.png"))
