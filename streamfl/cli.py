@@ -84,7 +84,9 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
                 console.print(result["agreement"]["text"], soft_wrap=True)
             return
         if cfg.seeds > 1:
+            from .runtime.experiment import build_stream
             from .runtime.seeds import run_seeds
+            _print_inputs(cfg, build_stream(cfg))    # what seed s reads and decides; the other seeds alike
             summary = run_seeds(cfg, out, console=console, live=live, plots=plots and cfg.output.plots)
             _print_seeds(summary)
             return

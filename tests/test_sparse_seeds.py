@@ -65,6 +65,7 @@ def test_seeds_run_writes_every_seed_and_the_mean_of_their_summaries(tmp_path):
     assert f"regret static: {r['mean']:.4f} ± {r['hi'] - r['mean']:.4f}  (n = 3)" in proc.stdout
     assert f"loss gap FedSubAvg − fedavg: {gap['mean']:.4f} ± {gap['hi'] - gap['mean']:.4f}  (n = 3)" in proc.stdout
     assert "regret against the true concept (w*, b*): " in proc.stdout and "wall time: " in proc.stdout
+    assert "note: baselines: tau1, local, fedavg" in proc.stdout          # the run header says what was inferred
 
 
 def test_sweep_over_clients_reports_each_settings_summary(tmp_path):
