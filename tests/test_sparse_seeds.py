@@ -86,6 +86,7 @@ def test_sweep_over_clients_reports_each_settings_summary(tmp_path):
                 f"{summary['gaps']['fedavg']:.4f} nats") in proc.stdout.splitlines()
     saved = json.loads((root / "sweep.json").read_text())
     assert saved["metric"] == "regret_static" and saved["metric_source"] == "config" and saved["agreement"] is None
+    assert saved["units"] == "nats"
     assert not (root / "agreement.csv").exists() and not list(root.rglob("*.png"))
 
 

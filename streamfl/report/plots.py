@@ -1460,7 +1460,8 @@ _LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 1)))
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
-def plot_sweep(rows: Sequence[Mapping], path: str | Path, metric: str = "regret_expected") -> Path:
+def plot_sweep(rows: Sequence[Mapping], path: str | Path, metric: str = "regret_expected",
+               units: str = "loss units") -> Path:
     """Compare the regret of runs that differ in the number of clients M.
 
     Left panel: the regret curves against t, coloured by M (log colour scale)
@@ -1482,6 +1483,8 @@ def plot_sweep(rows: Sequence[Mapping], path: str | Path, metric: str = "regret_
     metric : str
         Which regret the rows hold, for the axis labels (``regret_expected``,
         ``regret_static`` or ``regret_dynamic``).
+    units : str
+        The regret's units for the axis labels (``"nats"`` for log losses).
 
     Returns
     -------
@@ -1493,10 +1496,10 @@ def plot_sweep(rows: Sequence[Mapping], path: str | Path, metric: str = "regret_
         If ``rows`` is empty, a row misses a key, or ``t`` and ``regret``
         differ in length.
     """
-    return _save(_sweep_figure(rows, metric), path)
+    return _save(_sweep_figure(rows, metric, units), path)
 
 
-def _sweep_figure(rows: Sequence[Mapping], metric: str) -> Figure:
+def _sweep_figure(rows: Sequence[Mapping], metric: str, units: str = "loss units") -> Figure:
     if not rows:
         raise ValueError("plot_sweep needs at least one row.")
     for i, r in enumerate(rows):
@@ -1532,7 +1535,7 @@ def _sweep_figure(rows: Sequence[Mapping], metric: str) -> Figure:
                 banded = True
     left.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
     left.set_xlabel("step t")
-    left.set_ylabel(f"{name} $R_t$ {_METRIC_OF.get(metric, '')} (loss units)".replace("  ", " "), fontsize=9.5)
+    left.set_ylabel(f"{name} $R_t$ {_METRIC_OF.get(metric, '')} ({units})".replace("  ", " "), fontsize=9.5)
     left.set_title(f"{name}{' [' + detail + ']' if detail else ''} over time", fontsize=10)
     _style(left)
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=left, pad=0.01, aspect=30)
@@ -1579,7 +1582,7 @@ def _sweep_figure(rows: Sequence[Mapping], metric: str) -> Figure:
         right.set_xticks(Ms, [str(M) for M in Ms])
         right.xaxis.set_minor_locator(NullLocator())
     right.set_xlabel("number of clients M (log₂ scale)")
-    right.set_ylabel(f"final {name} $R_T$ {_METRIC_OF.get(metric, '')} (loss units)".replace("  ", " "),
+    right.set_ylabel(f"final {name} $R_T$ {_METRIC_OF.get(metric, '')} ({units})".replace("  ", " "),
                      fontsize=9.5)
     right.set_title(f"final {name} vs M", fontsize=10)
     _style(right)
@@ -1639,7 +1642,14 @@ def render_sweep(sweep_dir: str | Path) -> Path:
         if f"{metric}_lo" in rec:
             row["final_lo"], row["final_hi"] = _num(rec[f"{metric}_lo"]), _num(rec[f"{metric}_hi"])
         rows.append(row)
-    return plot_sweep(rows, sweep_dir / "sweep.png", metric=metric)
+    saved = sweep_dir / "sweep.json"
+    units = "loss units"
+    if saved.is_file():
+        try:
+            units = str(json.loads(saved.read_text()).get("units") or units)
+        except (ValueError, AttributeError):
+            pass                     # sweep.json is optional here: the axis labels fall back to 'loss units'
+    return plot_sweep(rows, sweep_dir / "sweep.png", metric=metric, units=units)
 
 
 def plot_regime_agreement(agreement: Mapping, path: str | Path) -> Path:

@@ -246,6 +246,7 @@ def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: in
         task = progress.add_task(f"sweep {cfg.name}: {len(plan)} settings × {n_seeds} seed(s)", total=len(jobs))
         results = run_pool(jobs, workers=workers, on_done=lambda: progress.advance(task))
     rows, curves, per_setting = [], [], {}
+    units = "nats" if sparse else "loss units"          # a sparse run's losses are BCE in nats
     for p, (sub, name, label, M) in enumerate(plan):
         idx = [i for i, o in enumerate(owner) if o == p]
         summaries = [results[i] for i in idx]
@@ -288,7 +289,7 @@ def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: in
     pd.DataFrame(rows).to_csv(root / "sweep.csv", index=False)
     plot = root / "sweep.png" if sweep_plots else None
     if sweep_plots:
-        plot_sweep(curves, plot, metric=metric)
+        plot_sweep(curves, plot, metric=metric, units=units)
     result = {"dir": str(root), "plot": None if plot is None else str(plot), "rows": rows, "agreement": None}
     cells = []
     for label, byM in per_setting.items():
@@ -311,7 +312,7 @@ def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: in
             plot_regime_agreement(agreement, root / "regime.png")
             result["regime_plot"] = str(root / "regime.png")
     (root / "sweep.json").write_text(json.dumps(_jsonable({"rows": rows, "agreement": result["agreement"],
-                                                           "seeds": n_seeds, "metric": metric,
+                                                           "seeds": n_seeds, "metric": metric, "units": units,
                                                            "metric_source": "config" if metric_note is None
                                                            else "inferred", "notes": notes}), indent=2))
     result["notes"] = notes
