@@ -71,22 +71,22 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
     from .runtime.experiment import run_experiment
     from .runtime.live import LiveView
     try:
-        if seeds is not None and seeds > 1 and cfg.learner.model == "sparse_logistic":
-            raise ValueError("--seeds: not available with learner.model sparse_logistic yet; run one seed per run "
-                             "(--seed)")
         if seeds is not None:
             cfg = cfg.model_copy(update={"seeds": seeds})
         if cfg.sweep is not None:
             from .runtime.sweep import run_sweep     # imported only for a sweep: start-up of a single run
             result = run_sweep(cfg, out, console=console, live=live, plots=plots)
             console.print(f"[bold green]sweep done[/] → {result['dir']}")
+            _print_sweep_rows(result["rows"])
             if result["plot"]:
                 console.print(f"comparison plot: {result['plot']}")
             if result.get("agreement"):
                 console.print(result["agreement"]["text"], soft_wrap=True)
             return
         if cfg.seeds > 1:
+            from .runtime.experiment import build_stream
             from .runtime.seeds import run_seeds
+            _print_inputs(cfg, build_stream(cfg))    # what seed s reads and decides; the other seeds alike
             summary = run_seeds(cfg, out, console=console, live=live, plots=plots and cfg.output.plots)
             _print_seeds(summary)
             return
@@ -105,6 +105,27 @@ def run(config: Optional[Path] = typer.Option(None, "--config", "-c", help="Expe
     except USER_ERRORS as e:
         _fail(_message(e))
     _print_summary(summary)
+
+
+def _print_sweep_rows(rows: list[dict]) -> None:
+    """One line per setting of a finished sweep: the final metric (mean ± 95 % t half-width when seeds > 1)
+    and, for sparse logistic settings, the loss gap to the fedavg baseline (FedSubAvg's lead when < 0)."""
+    from .report.plots import SWEEP_METRICS
+
+    def pm(row: dict, key: str) -> str:
+        mean, hi = row.get(key), row.get(f"{key}_hi")
+        if mean is None or mean != mean:
+            return "n/a"
+        return f"{mean:.4f}" + (f" ± {hi - mean:.4f}" if hi is not None and hi == hi else "")
+
+    for row in rows:
+        metric = next((m for m in SWEEP_METRICS if m in row), None)
+        if metric is None:
+            continue
+        line = f"  {row['run']} (M = {row['M']}): {metric.replace('_', ' ')} {pm(row, metric)}"
+        if "gap_fedavg" in row:
+            line += f"; loss gap to fedavg {pm(row, 'gap_fedavg')} nats"
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def _learner_label(cfg) -> str:
@@ -222,14 +243,32 @@ def _print_seeds(summary: dict):
     keys = ["regret_static", "regret_expected", "regret_dynamic", "regret_expected_virtual", "consensus_part",
             "heterogeneity.regime.noise_term", "heterogeneity.regime.temporal_term",
             "prequential_hr10", "avg_loss_per_interaction", "comparator.prequential_hr10"]   # the last 3: gmf runs
+    sparse = summary.get("model") == "sparse_logistic"
+    if sparse:
+        keys += ["concept.regret"] + [k for k in iv if k.startswith("cum_loss.")]
     keys += [k for k in iv if k.startswith("gaps.")]
     estimate = summary.get("regret_static_is_estimate") is True        # gmf runs: an estimated comparator
+    from .report.plots import main_label
+    main = main_label(summary)
+
+    def label(key: str) -> str:
+        if key.startswith("gaps."):
+            return f"loss gap {main} − {key[5:]}"
+        if sparse and key.startswith("cum_loss."):
+            name = key[9:]
+            return f"cumulative loss {main if name == summary.get('main') else name} (nats)"
+        if key == "concept.regret":
+            return "regret against the true concept (w*, b*)"
+        return key.replace('_', ' ') + (" (ESTIMATE)" if estimate and key == "regret_static" else "")
+
     for key in keys:
         r = iv.get(key)
         if r and r["n"] and r["mean"] == r["mean"]:
             half = (r["hi"] - r["mean"]) if r["hi"] == r["hi"] else float("nan")
-            label = key.replace('_', ' ') + (" (ESTIMATE)" if estimate and key == "regret_static" else "")
-            console.print(f"{label}: {r['mean']:.4f} ± {half:.4f}  (n = {r['n']})", soft_wrap=True)
+            console.print(f"{label(key)}: {r['mean']:.4f} ± {half:.4f}  (n = {r['n']})", soft_wrap=True)
+    if summary.get("wall_seconds") is not None:
+        console.print(f"wall time: {summary['wall_seconds']:.1f} s for the {len(summary['seeds'])} seeds "
+                      f"(one run: {summary.get('elapsed_seconds', float('nan')):.1f} s on average)", soft_wrap=True)
     for p in summary.get("plots", []):
         console.print(f"plot: {p}", soft_wrap=True)
 
@@ -243,8 +282,8 @@ def report(run_dir: Path = typer.Argument(..., help="A finished run folder (summ
     try:
         summary_path = run_dir / "summary.json"
         if (run_dir / "sweep.csv").is_file() and not summary_path.is_file():
-            from .report.plots import render_run, render_sweep
-            return _report_sweep(run_dir, render_run, render_sweep)
+            from .report.plots import render_model_run, render_sweep
+            return _report_sweep(run_dir, render_model_run, render_sweep)
         if not summary_path.is_file():
             raise FileNotFoundError(f"{run_dir} is neither a run folder (no summary.json) nor a sweep folder "
                                     f"(no sweep.csv)")

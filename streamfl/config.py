@@ -433,10 +433,13 @@ class SweepConfig(_Model):
 
     ``parameters`` maps dotted field paths (e.g. ``source.clients``) to lists of
     values; ``labels`` optionally names the values of one parameter for plots.
+    ``metric`` is the regret compared; left out (``null``), it is the model's
+    own (:func:`sweep_metric`: regret_expected for the linear models,
+    regret_static for ``learner.model: sparse_logistic``, which tracks no other).
     """
     parameters: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(min_length=1)
     labels: dict[str, list[str]] = Field(default_factory=dict)
-    metric: Literal["regret_expected", "regret_static", "regret_dynamic"] = "regret_expected"
+    metric: Literal["regret_expected", "regret_static", "regret_dynamic"] | None = None
 
     @model_validator(mode="after")
     def _check(self):
@@ -498,8 +501,6 @@ class ExperimentConfig(_Model):
     def _sweep_paths_exist(self):
         """Every swept path names a field (checked first: other messages would hide a misspelt path), and
         ``source.clients`` is swept."""
-        if self.sweep is not None and self.source.kind == "sparse_powerlaw":
-            raise ValueError("sweep: not available with source.kind sparse_powerlaw yet; run each setting on its own")
         if self.sweep is not None and self.source.kind == "movielens":
             raise ValueError("sweep: not available with source.kind movielens (a sweep compares numbers of "
                              "clients M; a MovieLens stream has one client per user); run each setting on its own")
@@ -591,12 +592,36 @@ class ExperimentConfig(_Model):
             raise ValueError("steps: a generator has no natural end; set steps to the number of steps T")
         if self.sweep is not None:
             src = self.source
-            if self.sweep.metric == "regret_expected" and not (src.kind == "synthetic" and src.task == "least_squares"):
+            if self.learner.model == "sparse_logistic":
+                if self.sweep.metric in ("regret_expected", "regret_dynamic"):
+                    raise ValueError(f"sweep.metric: {self.sweep.metric} is not tracked by learner.model "
+                                     f"sparse_logistic (only the static regret); use regret_static")
+                return self
+            metric = sweep_metric(self)[0]
+            if metric == "regret_expected" and not (src.kind == "synthetic" and src.task == "least_squares"):
                 raise ValueError("sweep.metric: regret_expected is tracked at every step only for synthetic least "
                                  "squares; use regret_dynamic (synthetic) or regret_static")
-            if self.sweep.metric == "regret_dynamic" and src.kind != "synthetic":
+            if metric == "regret_dynamic" and src.kind != "synthetic":
                 raise ValueError("sweep.metric: regret_dynamic needs a synthetic source; use regret_static")
         return self
+
+
+def sweep_metric(cfg: "ExperimentConfig") -> tuple[str, str | None]:
+    """The regret a sweep of ``cfg`` compares, and the note saying so when the program chose it.
+
+    Returns ``(metric, note)``: ``sweep.metric`` when the config gives it (note None); else
+    ``regret_static`` for ``learner.model: sparse_logistic`` (the only regret it tracks) with a one-line
+    note for the sweep's header and summary files, else ``regret_expected`` (the documented default of the
+    linear models; note None). Raises ValueError when ``cfg`` has no ``sweep`` section.
+    """
+    if cfg.sweep is None:
+        raise ValueError("sweep_metric: the config has no sweep section")
+    if cfg.sweep.metric is not None:
+        return cfg.sweep.metric, None
+    if cfg.learner.model == "sparse_logistic":
+        return "regret_static", ("sweep.metric not given: comparing regret_static, the only regret a "
+                                 "sparse_logistic run tracks (against the best fixed sparse model in hindsight)")
+    return "regret_expected", None
 
 
 DEFAULT_SOURCE = {"kind": "synthetic", "task": "logistic", "clients": 8, "dim": 10, "heterogeneity": 0.5,

@@ -261,8 +261,11 @@ def _loss_units(summary: Mapping | None) -> str:
 
 
 def _baselines(df: pd.DataFrame) -> list[str]:
-    """Baseline names found as ``gap_<name>`` columns (known names first)."""
-    names = [c[len("gap_"):] for c in df.columns if c.startswith("gap_")]
+    """Baseline names found as ``gap_<name>`` columns (known names first); a seeds run's interval columns
+    ``gap_<name>_lo``/``_hi`` are bands of ``gap_<name>``, not baselines."""
+    cols = set(df.columns)
+    names = [c[len("gap_"):] for c in df.columns if c.startswith("gap_")
+             and not (c.endswith(("_lo", "_hi")) and c[:-3] in cols)]
     return sorted(names, key=lambda b: (BASELINES.index(b) if b in BASELINES else len(BASELINES), b))
 
 
@@ -645,6 +648,7 @@ def _regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
                         linestyle=_GAP_STYLES[i % len(_GAP_STYLES)], linewidth=1.4, label=label, zorder=2 + i,
                         marker=_GAP_MARKERS[i % len(_GAP_MARKERS)], markersize=5, markerfacecolor="white",
                         markevery=(i * every // len(gaps), every))
+            _band(bottom, thin, f"gap_{b}", colour, t)         # a seeds run: the 95 % t-interval
         bottom.set_ylabel(f"loss gap ({units})")
         main = _main_label(summary)
         bottom.set_title(f"loss gaps: {main}'s cumulative loss − each baseline's (below 0: {main} ahead)",
@@ -1404,22 +1408,40 @@ def render_sparse_run(run_dir: str | Path) -> list[Path]:
     ax = fig.add_subplot()
     main = _main_label(summary)
     ax.plot(t, thin["cum_loss"], color="#1f77b4", linewidth=1.8, label=f"{main} (main, τ = {summary.get('tau')})")
+    _band(ax, thin, "cum_loss", "#1f77b4", t)            # a seeds run: the 95 % t-interval
     for i, b in enumerate(_baselines(df)):
-        ax.plot(t, thin[f"cum_loss_{b}"], color=_BASELINE_COLOURS[i % len(_BASELINE_COLOURS)],
-                linestyle=_GAP_STYLES[i % len(_GAP_STYLES)], linewidth=1.4, label=b)
+        colour = _BASELINE_COLOURS[i % len(_BASELINE_COLOURS)]
+        ax.plot(t, thin[f"cum_loss_{b}"], color=colour, linestyle=_GAP_STYLES[i % len(_GAP_STYLES)],
+                linewidth=1.4, label=b)
+        _band(ax, thin, f"cum_loss_{b}", colour, t)
     if _has_data(thin, "comparator_static"):
         ax.plot(t, thin["comparator_static"], color="0.3", linewidth=1.2, label="best fixed model in hindsight")
+        _band(ax, thin, "comparator_static", "0.3", t)
     if _has_data(thin, "concept_loss"):
         ax.plot(t, thin["concept_loss"], color="#e6ab02", linewidth=1.2, linestyle=":", label="true concept (w*, b*)")
+        _band(ax, thin, "concept_loss", "#e6ab02", t)
     ax.set_xlabel("step t")
     ax.set_ylabel("cumulative loss Σ_t Σ_m c_tm f (nats)")
     _style(ax)
     _legend_below(fig, ax)
     _titles(fig, ax, f"{_run_name(summary)}: cumulative loss",
             f"T = {int(df['t'].iloc[-1]):,} steps, {_clients_text(summary.get('n_clients'))}, "
-            f"F = {summary.get('n_features')} features")
+            f"F = {summary.get('n_features')} features{_seeds_note(summary)}")
     paths.append(_save(fig, out / "loss.png"))
     return paths
+
+
+def render_model_run(run_dir: str | Path) -> list[Path]:
+    """Render a finished run folder (one run or a seeds run's parent) with the figures of its model.
+
+    Dispatches on ``summary.json``'s ``model``: :func:`render_ranking_run` (``gmf``),
+    :func:`render_sparse_run` (``sparse_logistic``), else :func:`render_run` (the linear models).
+    Returns the written PNG paths; raises what the chosen renderer raises (FileNotFoundError,
+    ValueError).
+    """
+    model = load_summary(run_dir).get("model")
+    render = {"gmf": render_ranking_run, "sparse_logistic": render_sparse_run}.get(model, render_run)
+    return render(run_dir)
 
 
 # ---------------------------------------------------------------------- sweeps
@@ -1438,7 +1460,8 @@ _LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 1)))
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
-def plot_sweep(rows: Sequence[Mapping], path: str | Path, metric: str = "regret_expected") -> Path:
+def plot_sweep(rows: Sequence[Mapping], path: str | Path, metric: str = "regret_expected",
+               units: str = "loss units") -> Path:
     """Compare the regret of runs that differ in the number of clients M.
 
     Left panel: the regret curves against t, coloured by M (log colour scale)
@@ -1460,6 +1483,8 @@ def plot_sweep(rows: Sequence[Mapping], path: str | Path, metric: str = "regret_
     metric : str
         Which regret the rows hold, for the axis labels (``regret_expected``,
         ``regret_static`` or ``regret_dynamic``).
+    units : str
+        The regret's units for the axis labels (``"nats"`` for log losses).
 
     Returns
     -------
@@ -1471,10 +1496,10 @@ def plot_sweep(rows: Sequence[Mapping], path: str | Path, metric: str = "regret_
         If ``rows`` is empty, a row misses a key, or ``t`` and ``regret``
         differ in length.
     """
-    return _save(_sweep_figure(rows, metric), path)
+    return _save(_sweep_figure(rows, metric, units), path)
 
 
-def _sweep_figure(rows: Sequence[Mapping], metric: str) -> Figure:
+def _sweep_figure(rows: Sequence[Mapping], metric: str, units: str = "loss units") -> Figure:
     if not rows:
         raise ValueError("plot_sweep needs at least one row.")
     for i, r in enumerate(rows):
@@ -1510,7 +1535,7 @@ def _sweep_figure(rows: Sequence[Mapping], metric: str) -> Figure:
                 banded = True
     left.axhline(0.0, color="0.55", linewidth=0.8, zorder=1)
     left.set_xlabel("step t")
-    left.set_ylabel(f"{name} $R_t$ {_METRIC_OF.get(metric, '')} (loss units)".replace("  ", " "), fontsize=9.5)
+    left.set_ylabel(f"{name} $R_t$ {_METRIC_OF.get(metric, '')} ({units})".replace("  ", " "), fontsize=9.5)
     left.set_title(f"{name}{' [' + detail + ']' if detail else ''} over time", fontsize=10)
     _style(left)
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=left, pad=0.01, aspect=30)
@@ -1557,7 +1582,7 @@ def _sweep_figure(rows: Sequence[Mapping], metric: str) -> Figure:
         right.set_xticks(Ms, [str(M) for M in Ms])
         right.xaxis.set_minor_locator(NullLocator())
     right.set_xlabel("number of clients M (log₂ scale)")
-    right.set_ylabel(f"final {name} $R_T$ {_METRIC_OF.get(metric, '')} (loss units)".replace("  ", " "),
+    right.set_ylabel(f"final {name} $R_T$ {_METRIC_OF.get(metric, '')} ({units})".replace("  ", " "),
                      fontsize=9.5)
     right.set_title(f"final {name} vs M", fontsize=10)
     _style(right)
@@ -1617,7 +1642,14 @@ def render_sweep(sweep_dir: str | Path) -> Path:
         if f"{metric}_lo" in rec:
             row["final_lo"], row["final_hi"] = _num(rec[f"{metric}_lo"]), _num(rec[f"{metric}_hi"])
         rows.append(row)
-    return plot_sweep(rows, sweep_dir / "sweep.png", metric=metric)
+    saved = sweep_dir / "sweep.json"
+    units = "loss units"
+    if saved.is_file():
+        try:
+            units = str(json.loads(saved.read_text()).get("units") or units)
+        except (ValueError, AttributeError):
+            pass                     # sweep.json is optional here: the axis labels fall back to 'loss units'
+    return plot_sweep(rows, sweep_dir / "sweep.png", metric=metric, units=units)
 
 
 def plot_regime_agreement(agreement: Mapping, path: str | Path) -> Path:

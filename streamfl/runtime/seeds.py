@@ -16,7 +16,13 @@ workers), keeps each seed's run folder under the parent folder
 * ``metrics.csv`` — per step, the mean over seeds of every column, and for
   the columns that are not per client ``<column>_lo`` and ``<column>_hi``
   (the same t-interval, step by step), which the plots draw as shaded bands;
-* ``plots/`` — the run figures of the mean, with bands.
+* ``plots/`` — the run figures of the mean, with bands (the figures of the
+  run's model: :func:`~streamfl.report.plots.render_model_run`);
+* ``wall_seconds`` in ``summary.json`` — the wall time of the whole seeds
+  run (``elapsed_seconds`` is the mean of the seeds' own).
+
+Figures a model does not track (``None`` in every seed, e.g. the expected
+regret of a sparse logistic run) stay ``None`` and get no interval.
 
 Every seed is a complete, independent run: the same numbers as
 ``streamfl run --seed s`` (tested).
@@ -28,6 +34,7 @@ import json
 import math
 import multiprocessing
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -86,8 +93,12 @@ def aggregate(summaries: list, intervals: dict, agreement: dict, prefix: str = "
     (keyed by the dotted path), booleans that differ get ``None`` and their
     fraction true in ``agreement``; lists of equal length are merged item by
     item (without intervals); other differing values become the list of values.
+    A key that is ``None`` in every seed (a figure the model does not track)
+    stays ``None``, with no entry in ``intervals`` or ``agreement``.
     """
     first = summaries[0]
+    if all(x is None for x in summaries):
+        return None                          # not tracked by this model (e.g. a sparse run's regret_expected)
     if all(isinstance(s, dict) for s in summaries):
         keys = list(dict.fromkeys(k for s in summaries for k in s))
         return {k: aggregate([s.get(k) for s in summaries], intervals, agreement, f"{prefix}{k}.") for k in keys}
@@ -190,8 +201,13 @@ def run_pool(jobs: list[tuple], workers: int | None = None, on_done=None) -> lis
     return results
 
 
-def summarize_seeds(summaries: list[dict], run_dirs: list[Path], root: Path, cfg) -> dict:
-    """The parent folder's summary.json and metrics file from finished seed runs."""
+def summarize_seeds(summaries: list[dict], run_dirs: list[Path], root: Path, cfg, extra: dict | None = None) -> dict:
+    """The parent folder's summary.json and metrics file from finished seed runs.
+
+    ``summaries`` and ``run_dirs``: one per seed, in seed order; ``extra``: keys added to the merged
+    summary as they are (e.g. ``wall_seconds``, the whole seeds run's wall time in seconds). Returns the
+    merged summary (see the module docstring); raises OSError when a file cannot be written.
+    """
     intervals, agreement = {}, {}
     own = ("config", "run_dir", "plots", "metrics_file")          # per-run bookkeeping, not figures
     merged = aggregate([{k: v for k, v in s.items() if k not in own} for s in summaries], intervals, agreement)
@@ -199,6 +215,7 @@ def summarize_seeds(summaries: list[dict], run_dirs: list[Path], root: Path, cfg
                    "seed_runs": [str(Path(d).name) for d in run_dirs], "interval": INTERVAL,
                    "intervals": intervals, "agreement": agreement,
                    "config": json.loads(cfg.model_dump_json())})
+    merged.update(extra or {})
     path = aggregate_metrics(run_dirs, root, cfg.output.format)
     merged["metrics_file"] = path.name
     from .experiment import _jsonable
@@ -223,6 +240,7 @@ def run_seeds(cfg, out: Path | None = None, n: int | None = None, console=None, 
     want_plots = cfg.output.plots if plots is None else plots
     configs = seed_configs(cfg, n)
     dirs = [root / f"seed-{c.seed}" for c in configs]
+    started = time.perf_counter()
     try:
         with Progress(console=console, disable=not live) as progress:
             task = progress.add_task(f"{cfg.name}: {n} seeds", total=n)
@@ -230,11 +248,10 @@ def run_seeds(cfg, out: Path | None = None, n: int | None = None, console=None, 
                                  on_done=lambda: progress.advance(task))
         import yaml
         (root / "config.yaml").write_text(yaml.safe_dump(json.loads(cfg.model_dump_json()), sort_keys=False))
-        merged = summarize_seeds(summaries, dirs, root, cfg)
+        merged = summarize_seeds(summaries, dirs, root, cfg, {"wall_seconds": time.perf_counter() - started})
         if want_plots:
-            from ..report.plots import render_ranking_run, render_run
-            render = render_ranking_run if cfg.learner.model == "gmf" else render_run
-            merged["plots"] = [str(p) for p in render(root)]
+            from ..report.plots import render_model_run
+            merged["plots"] = [str(p) for p in render_model_run(root)]
         return merged
     except BaseException:
         undo()                  # only what this run created: a pre-existing --out folder stays

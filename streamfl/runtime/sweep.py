@@ -10,7 +10,12 @@ seeds' summary when ``seeds`` > 1), and:
   literal σ̄²/M ≥ L·K̄² for comparison;
 * ``sweep.png`` — the regret curves (bands over seeds) and the final regret
   against M with error bars;
-* when M = 1 is in the grid and the metric is the dynamic regret (or stays
+* for ``learner.model: sparse_logistic`` (metric ``regret_static``, the
+  default there), per combination also every loss gap ``gap_<baseline>``
+  (e.g. ``gap_fedavg``: FedSubAvg's lead over sparse FedAvg when negative)
+  and ``regret_concept``, with their intervals; ``sweep.json`` says whether
+  the metric came from the config or was chosen (``metric_source``, ``notes``);
+* when M = 1 is in the grid (linear models) and the metric is the dynamic regret (or stays
   positive): ``agreement.csv``, ``regime.png`` and ``sweep.json`` — the
   regime flag checked against measurement (:func:`regime_agreement`).
 """
@@ -25,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..config import apply_override, config_data, dump_config, parse_config
+from ..config import apply_override, config_data, dump_config, parse_config, sweep_metric
 from ..generators.build import build_stream
 from .experiment import _jsonable, claim_run_dir
 from .header import describe_inputs, header_lines
@@ -129,6 +134,28 @@ def regime_agreement(cells: list[dict]) -> dict:
             "literal_agree": lit_agree, "literal_n": lit_n, "criterion_share": SHARE, "text": text}
 
 
+#: Why a sparse sweep writes no regime check (header note and sweep.json).
+SPARSE_NO_REGIME = ("the regime check (agreement.csv, regime.png) needs the linear tracker's heterogeneity terms, "
+                    "which a sparse_logistic run does not compute: not written")
+
+
+def sparse_columns(summaries: list[dict]) -> dict:
+    """The sweep.csv columns of one sparse logistic setting, from its seeds' summaries.
+
+    For every baseline b: ``gap_<b>`` (the main learner's cumulative loss − b's, nats; below 0: the main
+    learner ahead) and for the generator's concept ``regret_concept`` (nats), each as the mean over seeds
+    with ``_lo``/``_hi``, the 95 % t-interval (NaN with one seed). Raises KeyError when a summary lacks
+    ``gaps`` or ``concept``.
+    """
+    out = {}
+    series = {f"gap_{b}": [s["gaps"][b] for s in summaries] for b in summaries[0]["gaps"]}
+    series["regret_concept"] = [s["concept"]["regret"] for s in summaries]
+    for key, values in series.items():
+        r = t_interval(values)
+        out.update({key: r["mean"], f"{key}_lo": r["lo"], f"{key}_hi": r["hi"]})
+    return out
+
+
 def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plots: bool | None = None,
               workers: int | None = None) -> dict:
     """Run every combination in ``cfg.sweep.parameters`` under ``cfg.seeds`` seeds.
@@ -161,7 +188,7 @@ def run_sweep(cfg, out: Path | None = None, console=None, live: bool = True, plo
 def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: int | None) -> dict:
     from rich.progress import Progress
 
-    from ..report.plots import plot_regime_agreement, plot_sweep, render_run
+    from ..report.plots import plot_regime_agreement, plot_sweep, render_model_run
 
     sweep = cfg.sweep
     sweep_plots = True if plots is None else bool(plots)
@@ -203,7 +230,14 @@ def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: in
             run_dir = root / name / f"seed-{seeded.seed}" if n_seeds > 1 else root / name
             jobs.append((seeded, run_dir, plots))
             owner.append(p)
+    metric, metric_note = sweep_metric(cfg)
+    sparse = cfg.learner.model == "sparse_logistic"
+    notes = [metric_note] if metric_note else []
+    if sparse:
+        notes.append(SPARSE_NO_REGIME)
     if console is not None:           # each setting's run header: how its input was read
+        for note in notes:
+            console.print(f"note: {note}", style="yellow", highlight=False, soft_wrap=True)
         for sub, name, _, _ in plan:
             console.print(f"{sub.name}:", highlight=False, soft_wrap=True)
             for line in header_lines(describe_inputs(sub, build_stream(sub))):
@@ -212,7 +246,7 @@ def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: in
         task = progress.add_task(f"sweep {cfg.name}: {len(plan)} settings × {n_seeds} seed(s)", total=len(jobs))
         results = run_pool(jobs, workers=workers, on_done=lambda: progress.advance(task))
     rows, curves, per_setting = [], [], {}
-    metric = sweep.metric
+    units = "nats" if sparse else "loss units"          # a sparse run's losses are BCE in nats
     for p, (sub, name, label, M) in enumerate(plan):
         idx = [i for i, o in enumerate(owner) if o == p]
         summaries = [results[i] for i in idx]
@@ -220,7 +254,7 @@ def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: in
         if n_seeds > 1:
             summarize_seeds(summaries, dirs, root / name, sub)
             if plots:
-                render_run(root / name)
+                render_model_run(root / name)
         M = M or summaries[0]["n_clients"]
         finals = [s.get(metric) for s in summaries]
         fin = t_interval(finals)
@@ -228,6 +262,16 @@ def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: in
         T = min(len(f) for f in frames)
         Y = np.stack([f[metric].to_numpy(dtype=float)[:T] for f in frames])
         mean_curve, band_lo, band_hi = t_band(Y)
+        curve = {"label": label, "M": M, "t": frames[0]["t"].to_numpy()[:T], "regret": mean_curve,
+                 "final": fin["mean"], "final_lo": fin["lo"], "final_hi": fin["hi"]}
+        if n_seeds > 1:
+            curve["regret_lo"], curve["regret_hi"] = band_lo, band_hi
+        curves.append(curve)
+        row = {"run": name, "label": label, "M": M, metric: fin["mean"], f"{metric}_lo": fin["lo"],
+               f"{metric}_hi": fin["hi"], "seeds": n_seeds}
+        if sparse:
+            rows.append({**row, **sparse_columns(summaries), **({"metric_note": metric_note} if metric_note else {})})
+            continue
         het = [s["heterogeneity"] for s in summaries]
         flags = [h.get("parallelisation_helps") for h in het]
         flag = flags[0] if len(set(flags)) == 1 else None
@@ -236,22 +280,16 @@ def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: in
         N = float(np.mean([h["regime"]["noise_term"] for h in het]))
         V = float(np.mean([h["regime"]["temporal_term"] + np.nan_to_num(h["regime"]["transient_term"])
                            for h in het]))
-        rows.append({"run": name, "label": label, "M": M, metric: fin["mean"], f"{metric}_lo": fin["lo"],
-                     f"{metric}_hi": fin["hi"], "seeds": n_seeds, "noise_term": N, "temporal_plus_transient": V,
+        rows.append({**row, "noise_term": N, "temporal_plus_transient": V,
                      "parallelisation_helps": flag, "literal_holds": lit,
                      "sigma2_mean": float(np.mean([h["sigma2_mean"] for h in het])),
                      "sigma2_comparator_mean": float(np.mean([h["sigma2_comparator_mean"] for h in het])),
                      "K2_mean": float(np.mean([h["K2_mean"] for h in het]))})
-        curve = {"label": label, "M": M, "t": frames[0]["t"].to_numpy()[:T], "regret": mean_curve,
-                 "final": fin["mean"], "final_lo": fin["lo"], "final_hi": fin["hi"]}
-        if n_seeds > 1:
-            curve["regret_lo"], curve["regret_hi"] = band_lo, band_hi
-        curves.append(curve)
         per_setting.setdefault(label, {})[M] = {"finals": finals, "flag": flag, "literal": lit, "N": N, "V": V}
     pd.DataFrame(rows).to_csv(root / "sweep.csv", index=False)
     plot = root / "sweep.png" if sweep_plots else None
     if sweep_plots:
-        plot_sweep(curves, plot, metric=metric)
+        plot_sweep(curves, plot, metric=metric, units=units)
     result = {"dir": str(root), "plot": None if plot is None else str(plot), "rows": rows, "agreement": None}
     cells = []
     for label, byM in per_setting.items():
@@ -274,5 +312,8 @@ def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: in
             plot_regime_agreement(agreement, root / "regime.png")
             result["regime_plot"] = str(root / "regime.png")
     (root / "sweep.json").write_text(json.dumps(_jsonable({"rows": rows, "agreement": result["agreement"],
-                                                           "seeds": n_seeds, "metric": metric}), indent=2))
+                                                           "seeds": n_seeds, "metric": metric, "units": units,
+                                                           "metric_source": "config" if metric_note is None
+                                                           else "inferred", "notes": notes}), indent=2))
+    result["notes"] = notes
     return result
