@@ -541,6 +541,9 @@ class ExperimentConfig(_Model):
         if self.learner.sparse is not None and not sparse:
             raise ValueError("learner.sparse: only learner.model sparse_logistic uses it; set learner.model: "
                              "sparse_logistic or remove it")
+        twice = sorted({b for b in self.baselines if self.baselines.count(b) > 1})
+        if twice:      # learners are keyed by name: a repeated baseline ran once while the saved config listed it twice
+            raise ValueError(f"baselines: {', '.join(twice)} listed twice; each baseline runs once")
         if "fedavg" in self.baselines and not sparse:
             raise ValueError("baselines: fedavg is the sparse FedAvg rule of learner.model sparse_logistic; "
                              "drop it from baselines")

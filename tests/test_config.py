@@ -222,6 +222,7 @@ def test_tails_on_key_written_as_documented(tmp_path):
      "config error: sweep.parameters.source.clients: the value 4 is listed twice; each value is run once (use seeds "
      "for repeated runs)"),
     ("learner: 5\n", "config error: learner: Input should be a mapping of fields (key: value) (got 5)"),
+    ("baselines: [tau1, local, tau1]\n", "config error: baselines: tau1 listed twice; each baseline runs once"),
 ])
 def test_second_break_test_config_faults(tmp_path, text, message):
     path = tmp_path / "exp.yaml"

@@ -269,8 +269,10 @@ class SparseRegretTracker:
         if one_label:
             self.notes.append(f"{one_label} feature(s) appear only in samples of one label: the best fixed model's "
                               f"weights for them are unbounded (the infimum is not attained); the comparator stops "
-                              f"at gradient norm {self.fit['grad_norm']:.2g}, so its loss lies above the infimum by "
-                              f"about that much per such row")
+                              f"at gradient norm {self.fit['grad_norm']:.2g}, and along each such weight the loss "
+                              f"left above the infimum is about the size of its gradient, so the comparator's loss "
+                              f"is within about {self.fit['grad_norm'] * math.sqrt(max(one_label, 1)):.2g} nats of "
+                              f"the infimum")
         client_comp = np.bincount(client, weights=per, minlength=self.M)
         return {
             "cum_loss": dict(self.cum),
