@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ..models.streaming_gmf import fit_fixed_gmf, fixed_gmf_losses, fixed_gmf_ranks
-from .tracker import LiveState, loss_columns
+from .tracker import LiveState, close_chunk, loss_columns
 
 COMPARATOR = ("estimate: the fixed GMF (same architecture) trained offline by full-batch Adam on the recorded "
               "stream (its positives and training negatives); GMF is non-convex, so the true best fixed model "
@@ -124,24 +124,8 @@ class RankingTracker:
         self._items.append(chunk.X[step_idx, users, 0, 0].astype(np.int64))
         self._neg.append(observed["negatives"][step_idx, users])
         self._w.append(c[step_idx, users])
-        comp = np.full(n, np.nan)
-        if self.live_epochs:
-            comp[-1] = self._fit(self.live_epochs)
-        cols["comparator_live"] = comp
-        cols["regret_live"] = cum[self.main] - comp
-        frame = pd.DataFrame(cols)
-        st = self.state
-        st.t = int(ts[-1])
-        st.cum_loss = dict(self.cum)
-        st.samples = self.interactions
-        if self.live_epochs:
-            st.comparator = float(comp[-1])
-            st.regret = {"static": float(cum[self.main][-1] - comp[-1])}
-        st.heterogeneity = {}
-        self.rows.append(frame)
-        if self.sink is not None:
-            self.sink(frame)
-        return frame
+        return close_chunk(self, cols, cum[self.main], ts, self._fit(self.live_epochs) if self.live_epochs else None,
+                           self.interactions)
 
     def count_bytes(self, up: np.ndarray, down: np.ndarray) -> None:
         """Cumulative bytes up and down after the chunk's last step (the live view shows them)."""

@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 from numba import njit
 
-from .tracker import LiveState, loss_columns
+from .tracker import LiveState, close_chunk, loss_columns
 
 TOL = 1e-6
 
@@ -176,24 +176,8 @@ class SparseRegretTracker:
         self._y[t0:t0 + n] = y
         self._c[t0:t0 + n] = c
         self._T = t0 + n                           # steps recorded so far
-        comp = np.full(n, np.nan)
-        if self.live:
-            comp[-1] = self._fit()
-        cols["comparator_live"] = comp
-        cols["regret_live"] = cum[self.main] - comp
-        frame = pd.DataFrame(cols)
-        st = self.state
-        st.t = int(ts[-1])
-        st.cum_loss = dict(self.cum)
-        st.samples = self.samples
-        if self.live:
-            st.comparator = float(comp[-1])
-            st.regret = {"static": float(cum[self.main][-1] - comp[-1])}
-        st.regret["concept"] = float(cum[self.main][-1] - concept_cum[-1])
-        st.heterogeneity = {}
-        self.rows.append(frame)
-        if self.sink is not None:
-            self.sink(frame)
+        frame = close_chunk(self, cols, cum[self.main], ts, self._fit() if self.live else None, self.samples)
+        self.state.regret["concept"] = float(cum[self.main][-1] - concept_cum[-1])
         return frame
 
     def count_bytes(self, up: np.ndarray, down: np.ndarray) -> None:

@@ -141,6 +141,38 @@ class LiveState:
     bytes_down: int | None = None      # cumulative payload bytes server → clients
 
 
+def close_chunk(tracker, cols: dict, cum_main: np.ndarray, ts: np.ndarray, comparator: float | None,
+                samples: int) -> "pandas.DataFrame":
+    """End a chunk of a tracker whose comparator is refitted at chunk ends (GMF, sparse logistic).
+
+    Adds ``comparator_live`` (NaN but at the chunk's last step, where it is
+    ``comparator``; all NaN when None) and ``regret_live`` = ``cum_main`` −
+    it to ``cols`` (one array of n steps each), updates ``tracker.state``
+    (step, cumulative losses, samples, live comparator and static regret),
+    keeps the frame in ``tracker.rows`` and hands it to ``tracker.sink``.
+    Returns the chunk's frame (n rows).
+    """
+    import pandas as pd
+    comp = np.full(len(ts), np.nan)
+    if comparator is not None:
+        comp[-1] = comparator
+    cols["comparator_live"] = comp
+    cols["regret_live"] = cum_main - comp
+    frame = pd.DataFrame(cols)
+    st = tracker.state
+    st.t = int(ts[-1])
+    st.cum_loss = dict(tracker.cum)
+    st.samples = samples
+    if comparator is not None:
+        st.comparator = float(comparator)
+        st.regret = {"static": float(cum_main[-1] - comparator)}
+    st.heterogeneity = {}
+    tracker.rows.append(frame)
+    if tracker.sink is not None:
+        tracker.sink(frame)
+    return frame
+
+
 def _map(path: str, dtype):
     """(mmap or None, read-only array of ``dtype`` over the whole file)."""
     if os.path.getsize(path) == 0:

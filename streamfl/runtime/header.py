@@ -216,20 +216,13 @@ def header_lines(inputs: dict) -> list[str]:
     note: 1 row not streamed
     """
     sh = inputs["shape"]
-    if "n_items" in sh:                   # an interaction stream (streaming FedNCF)
-        lines = [f"input: {inputs['source']} → T = {_count(sh['n_steps'], 'step')}, "
-                 f"M = {_count(sh['n_clients'], 'client')} (one per user), I = {_count(sh['n_items'], 'item')}, "
-                 f"one interaction per client and step"]
-        lines.append(f"task: {inputs['task']['value']}")
-        lines.extend(f"note: {n}" for n in inputs["notes"])
-        return lines
-    if "nnz" in sh:                       # a sparse-feature stream (streaming FedSubAvg)
-        lines = [f"input: {inputs['source']} → T = {_count(sh['n_steps'], 'step')}, "
-                 f"M = {_count(sh['n_clients'], 'client')}, F = {_count(sh['n_features'], 'feature')} "
-                 f"(a table row each), nnz = {sh['nnz']} active per sample, b = {sh['batch_size']}"]
-        lines.append(f"task: {inputs['task']['value']}")
-        lines.extend(f"note: {n}" for n in inputs["notes"])
-        return lines
+    if "n_items" in sh or "nnz" in sh:    # an interaction stream (FedNCF) or a sparse-feature stream (FedSubAvg)
+        shape = (f"M = {_count(sh['n_clients'], 'client')} (one per user), I = {_count(sh['n_items'], 'item')}, "
+                 f"one interaction per client and step") if "n_items" in sh else \
+                (f"M = {_count(sh['n_clients'], 'client')}, F = {_count(sh['n_features'], 'feature')} "
+                 f"(a table row each), nnz = {sh['nnz']} active per sample, b = {sh['batch_size']}")
+        return ([f"input: {inputs['source']} → T = {_count(sh['n_steps'], 'step')}, {shape}",
+                 f"task: {inputs['task']['value']}"] + [f"note: {n}" for n in inputs["notes"]])
     lines = [f"input: {inputs['source']} → T = {_count(sh['n_steps'], 'step')}, "
              f"M = {_count(sh['n_clients'], 'client')}, d = {_count(sh['n_features'], 'feature')}"
              + (" incl. an intercept" if sh.get("intercept") else "") + f", b = {sh['batch_size']}"]
