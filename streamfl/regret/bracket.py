@@ -1,0 +1,594 @@
+"""The live static comparator of the logistic loss, with a certified bracket at every step.
+
+The static comparator after step t is C_t = min_x F_t(x), with
+F_t(x) = Σ_{s≤t} Σ_m c_{s,m} (1/b) Σ_j ℓ(a_{s,m,j}·x, y_{s,m,j}) the network's
+cumulative loss (ℓ the logistic loss in nats; FedSEA eq. (3) with the
+realised losses). Solving it exactly at every step costs a convex solve over
+the whole stream per step. :class:`LogisticBracket` instead keeps, exactly and
+in O(M b d²) per step (no pass over the past):
+
+* S = F_t(x_c), G = ∇F_t(x_c) at a *centre* x_c,
+* H = ∇²F_t(x_a) at an *anchor* x_a (updated one sub-block of steps behind),
+* ε = max_i |a_i·(x_c − x_a)| and R = max_i ‖a_i‖ over the rows seen,
+
+and from them a certified interval [L_t, U_t] ∋ C_t at every step, through
+the generalised self-concordance of the logistic loss (Bach, "Self-concordant
+analysis for logistic regression", EJS 2010, Proposition 1): for
+g(τ) = F(x + τv), |g'''| ≤ R‖v‖ g'', hence for every v
+
+    F(x+v) ≥ F(x) + ∇F·v + vᵀ∇²F v · ψ₋(R‖v‖),   ψ₋(r) = (e^{−r} + r − 1)/r²,
+    F(x+v) ≤ F(x) + ∇F·v + vᵀ∇²F v · ψ₊(R‖v‖),   ψ₊(r) = (e^{r} − r − 1)/r²,
+
+and, per row, ℓ''(z + δ) ∈ [e^{−|δ|}, e^{|δ|}] ℓ''(z), so that
+e^{−ε} H ⪯ ∇²F(x_c) ⪯ e^{ε} H.
+
+* **Upper bound.** U_t = min_α S + α G·Δ + α² e^{ε} ψ₊(αR‖Δ‖) ΔᵀH_tΔ at the
+  quasi-Newton direction Δ = −H_s⁻¹ G (H_s: the Hessian at the start of the
+  current sub-block; ΔᵀH_tΔ exact, O(M b d) per step): the loss of a point,
+  bounded above.
+* **Lower bound.** With H̄ = e^{−ε} H_s ⪯ ∇²F(x_c), λ̄² = GᵀH̄⁻¹G and
+  κ̄ = R/√λ_min(H̄): if ν ψ₋(κ̄ν) > λ̄, F exceeds S on the H̄-sphere of radius
+  ν, so by convexity its minimiser lies inside, where F ≥ S − λ̄²/(4ψ₋(κ̄ν)).
+  The smallest such ν gives L_t = S − λ̄ν/4. Also C_t ≥ C_{t'} for t' < t
+  (losses are ≥ 0), so L_t is the running maximum.
+* **Estimate** (the live value): the quadratic model's minimum along Δ,
+  S − ½ (G·Δ)²/ΔᵀH_tΔ, clipped into [L_t, U_t].
+
+When the bracket grows wider than its tolerance (the stream shifted, or the
+centre is stale), the centre moves to the bound's minimiser x_c + αΔ: one pass
+over the recorded stream recomputes S, G and ε exactly (O(N d)); when ε
+exceeds ``eps_max`` the anchor moves too and H is rebuilt (O(N d²)). At the
+*exact steps* (the tracker's checkpoints and T) the centre is moved until the
+bracket is narrower than ``exact_tol`` (each move a damped quasi-Newton step:
+linear convergence at rate about ε, quadratic after a re-anchor). Everything
+happens at absolute step numbers, so the values do not depend on chunking.
+
+Costs per step: O(M b d²) for H, O(M b d k) for the bound's quadratic form
+(k = ``block`` steps per sub-block), O(d²) for the bounds; one Cholesky
+(O(d³)) per sub-block; plus the moves, each one pass over the stream so far.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: quasi-Newton step lengths tried by the upper bound (the minimiser of the bound over α is kept)
+_ALPHAS = np.array([0.0, 0.25, 0.5, 0.7, 0.85, 1.0, 1.15, 1.35, 1.6, 2.0])
+
+#: r: the bottom eigenpairs of H kept for the rows' leverage bounds
+LEVERAGE_RANK = 8
+
+
+def psi_minus(r: np.ndarray) -> np.ndarray:
+    """ψ₋(r) = (e^{−r} + r − 1)/r² for r ≥ 0 (½ at 0; decreasing to 0), elementwise."""
+    r = np.asarray(r, dtype=np.float64)
+    small = r < 1e-4
+    rs = np.where(small, 1.0, r)
+    out = (np.expm1(-rs) + rs) / (rs * rs)
+    return np.where(small, 0.5 - r / 6.0 + r * r / 24.0, out)
+
+
+def psi_plus(r: np.ndarray) -> np.ndarray:
+    """ψ₊(r) = (e^{r} − r − 1)/r² for r ≥ 0 (½ at 0; increasing), elementwise; inf where e^r overflows."""
+    r = np.asarray(r, dtype=np.float64)
+    small = r < 1e-4
+    rs = np.where(small, 1.0, np.minimum(r, 700.0))
+    out = (np.expm1(rs) - rs) / (rs * rs)
+    out = np.where(r > 700.0, np.inf, out)
+    return np.where(small, 0.5 + r / 6.0 + r * r / 24.0, out)
+
+
+def sc_lower_gap(lam: np.ndarray, kappa) -> np.ndarray:
+    """The certified gap S − C from the Newton decrement: λ̄ν/4 with ν the smallest root of ν ψ₋(κν) = λ̄.
+
+    ``lam`` λ̄ ≥ 0 (the decrement in the metric H̄, √nats) and ``kappa`` κ̄ = max_i ‖a_i‖_{H̄⁻¹} ≥ 0
+    (a float or an array of ``lam``'s shape). Returns the gap (nats, ``lam``'s shape): C ≥ S − gap;
+    ``inf`` where no certificate exists (λ̄κ̄ ≥ 1). With u = κ̄ν the root solves
+    φ(u) = 1 − (1 − e^{−u})/u = ρ := λ̄κ̄, φ increasing and concave from 0 to 1. Newton's iteration from
+    u₀ = 2ρ ≤ root (φ(u) ≤ u/2) lands right of the root and then decreases to it, so every iterate
+    after the first is a valid radius (φ(u) ≥ ρ); six iterations reach the root to rounding. As κ̄ → 0
+    the gap tends to λ̄²/2, the quadratic model's.
+    """
+    lam = np.asarray(lam, dtype=np.float64)
+    kappa = np.broadcast_to(np.asarray(kappa, dtype=np.float64), lam.shape)
+    rho = lam * kappa
+    ok = rho < 1.0
+    r = np.where(ok, rho, 0.5)
+    u = 2.0 * r
+    for _ in range(7):
+        us = np.maximum(u, 1e-6)
+        em = np.exp(-us)
+        phi = np.where(u < 1e-6, 0.5 * u, 1.0 - (1.0 - em) / us)
+        dphi = np.where(u < 1e-6, 0.5, (1.0 - em - us * em) / (us * us))
+        u = u - (phi - r) / dphi
+    u = u * (1.0 + 1e-12) + 1e-300                 # φ(u) ≥ ρ whatever the rounding of the last iterate
+    tiny = kappa < 1e-300
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gap = np.where(tiny, 0.5 * lam * lam, lam * u / (4.0 * np.where(tiny, 1.0, kappa)))
+    return np.where(ok, gap, np.inf)
+
+
+def logistic_terms(z: np.ndarray, y: np.ndarray):
+    """Per-row logistic loss ℓ(z, y) = log(1 + e^z) − y z (nats), ℓ' = σ(z) − y and ℓ'' = σ(z)(1 − σ(z)).
+
+    z, y : arrays of one shape (y ∈ [0, 1]). Returns (ℓ, ℓ', ℓ''), each of z's shape; computed as
+    log1p(e^{−|z|}) + max(z, 0) − y z (no overflow).
+    """
+    e = np.exp(-np.abs(z))
+    loss = np.log1p(e) + np.maximum(z, 0.0) - y * z
+    inv = 1.0 / (1.0 + e)
+    sig = np.where(z >= 0, inv, e * inv)
+    return loss, sig - y, e * inv * inv
+
+
+class _Recording:
+    """The stream so far as step-major rows: features (N, d), labels, weights and each row's anchor score.
+
+    Kept as the arrays the stream handed over (no copy). A row's anchor score
+    is a·x at the centre that was current when the row was absorbed (or at the
+    point of the last Hessian pass over every row).
+    """
+
+    def __init__(self, d: int):
+        self.d = d
+        self.blocks = []          # [t_first (1-based), n steps, rows per step, X (n·r, d), y, w, za, ‖a‖²]
+        self.n_rows = 0           # rows of the steps absorbed so far (the tracker advances it)
+
+    def add(self, t_first: int, X2: np.ndarray, y: np.ndarray, w: np.ndarray, per_step: int):
+        """Record a chunk's rows; returns its (empty) arrays of anchor scores and squared row norms (0 for
+        rows of weight 0), filled as its steps are absorbed."""
+        za, sq = np.empty(len(y)), np.empty(len(y))
+        self.blocks.append([t_first, len(y) // per_step, per_step, X2, y, w, za, sq])
+        return za, sq
+
+    def rows(self, upto: int):
+        """(block, stop) pairs: the rows [0, stop) of each block that belong to steps ≤ ``upto``."""
+        for blk in self.blocks:
+            t_first, n, per = blk[0], blk[1], blk[2]
+            if t_first > upto:
+                break
+            yield blk, min(n, upto - t_first + 1) * per
+
+
+class LogisticBracket:
+    """Live static comparator of the network's logistic loss with a certified bracket at every step.
+
+    H is kept as a sum of *epochs*: the rows absorbed while one centre was current, each epoch's
+    Hessian evaluated at that centre (its anchor). When the centre moves, each closed epoch e gets its
+    own ε_e = max |a·(x_c − x_e)| over its rows (computed in the move's pass), so that
+    Σ_e e^{−ε_e} H_e ⪯ ∇²F(x_c) ⪯ Σ_e e^{ε_e} H_e; the current epoch's rows have ε = 0. Old epochs
+    are merged (sums of H, maxima of ε) beyond ``max_epochs``.
+
+    Parameters
+    ----------
+    d : int
+        Number of features.
+    block : int
+        k: H is folded in and re-factorised (O(d³)) after every step t ≤ 16 and then every k steps
+        (absolute step numbers), where the centre may also move.
+    live_tol, live_floor : float
+        The centre moves when the bracket on the regret is wider than
+        max(``live_floor``, ``live_tol`` · |regret|) (nats), if :meth:`_affordable`.
+    exact_steps : iterable of int
+        Steps t at which the comparator is made exact: U − L ≤ ``exact_tol`` · max(1, C_t).
+    exact_tol : float
+    eps_max : float
+        A Hessian pass over every row (O(N d²)) re-anchors all epochs at the centre when the epochs'
+        largest ε exceeds this.
+    budget, regrow, free_work : float
+        A live move is made when its pass is cheap (N d ≤ ``free_work``), or when the rows grew by
+        ``regrow`` since the last move and the moves so far cost at most ``budget`` times the work of
+        keeping H (N d² multiply-adds).
+    max_epochs : int
+
+    Attributes
+    ----------
+    moves, anchors, passes : int
+        Centre moves, Hessian passes and passes over the recorded stream so far.
+    exact : dict
+        t → (value, lower, upper) at the exact steps (nats).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.standard_normal((64, 4, 1, 3)); y = (rng.random((64, 4, 1)) < 0.7).astype(float)
+    >>> br = LogisticBracket(3, exact_steps=[64])
+    >>> out = br.update(X, y, np.full((64, 4), 0.25), t0=0)
+    >>> bool(np.all(out["lower"] <= out["upper"])), round(float(out["exact"][-1]), 6)
+    (True, 38.980587)
+    """
+
+    def __init__(self, d: int, block: int = 16, live_tol: float = 5e-3, live_floor: float = 0.05, exact_steps=(),
+                 exact_tol: float = 1e-9, eps_max: float = 2.0, budget: float = 0.5, free_work: float = 1e6,
+                 regrow: float = 0.25, max_epochs: int = 8):
+        self.d = d
+        self.block = max(1, int(block))
+        self.live_tol, self.live_floor = float(live_tol), float(live_floor)
+        self.exact_tol, self.eps_max = float(exact_tol), float(eps_max)
+        self.budget, self.free_work, self.regrow = float(budget), float(free_work), float(regrow)
+        self.max_epochs = int(max_epochs)
+        self.exact_steps = set(int(t) for t in exact_steps)
+        self.rec = _Recording(d)
+        self.xc = np.zeros(d)                # the centre, also the current epoch's anchor
+        self.S, self.G = 0.0, np.zeros(d)    # F_t(x_c), ∇F_t(x_c), exact
+        self.epochs = []                     # closed epochs: [H_e, ε_e, first step, last step]
+        self.Hcur = np.zeros((d, d))         # the current epoch's folded rows, at x_c
+        self.cur_first = 1
+        self.base = {k: np.zeros((d, d)) for k in ("lo", "mid", "up")}   # Σ_e e^{∓ε_e} H_e, Σ_e H_e
+        self.pending = []                    # (rows √(w ℓ''(a·x_c)) a, step of each row) since the last fold
+        self.R = 0.0                         # max ‖a‖ over the rows
+        self.lam_min = 0.0                   # a lower bound on λ_min(H_lo) (H_lo only grows between moves)
+        self.rows_at_eig = 0
+        self.lev, self.lev_old, self.lev_new = None, None, 0.0   # spectrum bottom; leverage bounds old/new rows
+        self.t_absorbed = 0                  # the last step whose rows are absorbed
+        self.chol = None                     # Cholesky of H_lo = base["lo"] + Hcur
+        self.t = 0
+        self.low = 0.0                       # running maximum of the certified lower bounds (C_t is nondecreasing)
+        self.moves = self.anchors = self.passes = 0
+        self.rows_at_move = 0
+        self.work_stream = self.work_moves = 0.0
+        self.exact = {}
+
+    def is_fold(self, t: int) -> bool:
+        """Whether H is folded in (and the centre may move) after step t: t ≤ 16, multiples of k, exact steps."""
+        return t <= 16 or t % self.block == 0 or t in self.exact_steps
+
+    @property
+    def eps(self) -> float:
+        """The largest ε over the closed epochs (0 if none)."""
+        return max((e[1] for e in self.epochs), default=0.0)
+
+    # ------------------------------------------------------------------ per chunk
+    def update(self, X: np.ndarray, y: np.ndarray, c: np.ndarray, t0: int | None = None,
+               cum: np.ndarray | None = None) -> dict:
+        """Absorb steps t0+1..t0+n; return per-step arrays (n,) in nats: ``estimate``, ``lower``, ``upper``
+        (C_t ∈ [lower, upper], certified) and ``exact`` (C_t at the exact steps, NaN elsewhere).
+
+        X : (n, M, b, d); y : (n, M, b) in {0, 1}; c : (n, M) network weights (rows summing to 1, or 0
+        where no client is present); cum : (n,) the learner's cumulative network loss after each step
+        (the move rule measures the bracket against the regret cum − C); default: against C.
+        """
+        n, M, b, d = X.shape
+        t0 = self.t if t0 is None else int(t0)
+        X2 = X.reshape(n * M * b, d)
+        yf = np.ascontiguousarray(y, dtype=np.float64).reshape(-1)
+        cw = np.asarray(c, dtype=np.float64)
+        w = (np.repeat(cw / b, b, axis=1) if b > 1 else cw).reshape(-1)
+        per = M * b
+        za, sq = self.rec.add(t0 + 1, X2, yf, w, per)
+        out = {k: np.empty(n) for k in ("estimate", "lower", "upper")}
+        out["exact"] = np.full(n, np.nan)
+        i = 0
+        while i < n:
+            stop = i + 1
+            while stop < n and not self.is_fold(t0 + stop):
+                stop += 1
+            rows = slice(i * per, stop * per)
+            self._segment(X2[rows], yf[rows], w[rows], za[rows], sq[rows], per, t0 + i, stop - i, out, i)
+            t = self.t = t0 + stop
+            self._fold()
+            j = stop - 1
+            if t in self.exact_steps:
+                value, lo, hi = self._solve_exact(t)
+                self.exact[t] = (value, lo, hi)
+                out["exact"][j] = out["estimate"][j] = value
+                out["lower"][j], out["upper"][j] = lo, hi
+            else:
+                ref = out["upper"][j] if cum is None else float(cum[j])
+                tol = max(self.live_floor, self.live_tol * abs(ref - out["estimate"][j]))
+                if out["upper"][j] - out["lower"][j] > tol and self.rec.n_rows >= 2 * self.d and self._affordable():
+                    spent = self.work_moves
+                    est, lo, hi = self._refit(t, 0.5 * tol)
+                    if self.rec.n_rows * self.d <= self.free_work:      # cheap moves draw on no budget
+                        self.work_moves = spent
+                    out["estimate"][j], out["lower"][j], out["upper"][j] = est, lo, hi
+            i = stop
+        return out
+
+    def _segment(self, X2, y, w, za, sq, per, t_before, n, out, i0):
+        """Steps t_before+1..t_before+n (no fold inside): exact running sums, the pending rows, the bracket.
+
+        ``za``, ``sq`` (views into the recording) receive the rows' scores at the centre (their anchor)
+        and their squared norms (0 where the weight is 0)."""
+        np.matmul(X2, self.xc, out=za)
+        loss, d1, d2 = logistic_terms(za, y)
+        np.einsum("id,id->i", X2, X2, out=sq)
+        sq[w <= 0] = 0.0
+        if len(sq):
+            self.R = max(self.R, math.sqrt(float(sq.max())))
+        if self.lev is not None:                 # the new rows' leverage bounds, against the last spectrum
+            self.lev_new = max(self.lev_new, self._lev_rows(X2, sq))
+        s = (w * loss).reshape(n, per).sum(axis=1)
+        g = np.matmul((w * d1).reshape(n, 1, per), X2.reshape(n, per, self.d))[:, 0]
+        S = self.S + np.cumsum(s)
+        G = self.G + np.cumsum(g, axis=0)
+        self.S, self.G = float(S[-1]), G[-1].copy()
+        self.pending.append((X2 * np.sqrt(w * d2)[:, None], np.repeat(np.arange(n), per) + (t_before + 1)))
+        self.work_stream += len(y) * self.d * self.d
+        self.rec.n_rows += len(y)
+        self.t_absorbed = t_before + n
+        est, lo, hi = self._bounds(S, G, np.arange(n) + (t_before + 1))
+        out["estimate"][i0:i0 + n], out["lower"][i0:i0 + n], out["upper"][i0:i0 + n] = est, lo, hi
+
+    def _bounds(self, S, G, ts):
+        """The bracket at steps ``ts`` (n,) from S (n,), G (n, d), the epochs and the pending rows.
+
+        Returns (estimate, lower, upper), each (n,), nats."""
+        n = len(S)
+        if self.chol is None:                   # H singular: only C ≥ running max ≥ 0 and C ≤ S
+            lo = np.full(n, max(self.low, 0.0))
+            return S.copy(), lo, S.copy()
+        from scipy.linalg import cho_solve
+        D = -cho_solve(self.chol, G.T, check_finite=False).T          # (n, d): Δ_t = −H_lo⁻¹ G_t
+        lam2 = np.maximum(-np.einsum("nd,nd->n", G, D), 0.0)          # Δᵀ H_lo Δ
+        extra = np.zeros(n)                     # Σ_{pending rows of steps ≤ t} (B_row·Δ_t)²
+        for B, st in self.pending:
+            P = B @ D.T
+            P *= P
+            if st[-1] <= ts[0]:
+                extra += P.sum(axis=0)
+            else:
+                extra += np.einsum("rn,rn->n", P, st[:, None] <= ts[None, :])
+        if self.epochs:
+            q_lo_base = np.einsum("nd,nd->n", D @ self.base["lo"], D)
+            q_up = lam2 - q_lo_base + np.einsum("nd,nd->n", D @ self.base["up"], D) + extra
+            q_mid = lam2 - q_lo_base + np.einsum("nd,nd->n", D @ self.base["mid"], D) + extra
+        else:
+            q_up = q_mid = lam2 + extra
+        nrm = np.sqrt(np.einsum("nd,nd->n", D, D))
+        kappa = self._kappa(ts[-1], lam2)
+        a = _ALPHAS[None, :]
+        with np.errstate(over="ignore", invalid="ignore"):
+            reach = np.minimum(self.R * nrm, kappa * np.sqrt(lam2))     # ≥ max_i |a_i·Δ|
+            ub = S[:, None] - a * lam2[:, None] + a * a * psi_plus(a * reach[:, None]) * q_up[:, None]
+        ub = np.where(np.isfinite(ub), ub, np.inf)
+        hi = np.minimum(ub.min(axis=1), S)
+        lo = S - sc_lower_gap(np.sqrt(lam2), kappa)
+        lo = np.maximum.accumulate(np.maximum(lo, max(self.low, 0.0)))
+        lo = np.minimum(lo, hi)
+        self.low = float(lo[-1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            est = np.where(q_mid > 0, S - 0.5 * lam2 * lam2 / q_mid, S)
+        return np.clip(est, lo, hi), lo, hi
+
+    def _factor(self, fresh: bool = False):
+        """Cholesky of H_lo (None unless numerically positive definite); λ_min(H_lo) bounded below.
+
+        H_lo only grows between moves (rows are added), so an earlier λ_min stays a valid lower bound;
+        it is recomputed (an eigenvalue solve, O(d³)) after a move (``fresh``) and when the rows have
+        grown by a quarter since. After a move the bottom of the spectrum is kept for the rows'
+        leverage bounds (:meth:`_kappa`).
+        """
+        from scipy.linalg import cho_factor, eigh
+        self.chol = None
+        if self.rec.n_rows == 0:
+            return
+        H = self.base["lo"] + self.Hcur
+        try:
+            chol = cho_factor(H, lower=True, check_finite=False)
+        except np.linalg.LinAlgError:
+            return
+        diag = np.diag(chol[0])
+        if not np.all(diag > 1e-7 * max(float(np.max(diag)), 1e-300)):     # condition number above 1e14
+            return
+        self.chol = chol
+        if fresh or self.lam_min <= 0:
+            r = min(self.d - 1, LEVERAGE_RANK)
+            lam, U = eigh(H, subset_by_index=[0, r], check_finite=False)
+            self.lam_min = max(float(lam[0]), 0.0)
+            self.rows_at_eig = self.rec.n_rows
+            if lam[0] > 0:
+                # H_lo ⪰ Σ_{k<r} λ_k u_k u_kᵀ + λ_r (I − Σ u_k u_kᵀ): a·H_lo⁻¹a ≤ Σ (a·u_k)² (1/λ_k − 1/λ_r) + ‖a‖²/λ_r
+                self.lev = (U[:, :r], 1.0 / lam[:r] - 1.0 / lam[r], 1.0 / lam[r])
+            else:
+                self.lev = None
+            self.lev_old, self.lev_new = None, 0.0
+        elif 4 * self.rec.n_rows >= 5 * self.rows_at_eig:
+            self.lam_min = max(float(np.linalg.eigvalsh(H)[0]), 0.0)
+            self.rows_at_eig = self.rec.n_rows
+
+    def _lev_rows(self, X2, sq) -> float:
+        """The largest leverage bound a·H⁻¹a over rows X2 (with squared norms sq), against the kept spectrum."""
+        if not len(sq):
+            return 0.0
+        U, coef, rest = self.lev
+        P = X2 @ U
+        return float(np.max((P * P) @ coef + sq * rest))
+
+    def _kappa(self, t: int, lam2) -> float:
+        """κ̄ ≥ max_i ‖a_i‖_{H_lo⁻¹} over the rows of steps ≤ t: R/√λ_min, or the leverage bounds.
+
+        The leverage bounds (one sweep over the rows after a move, O(N d r), r = ``LEVERAGE_RANK``) are
+        computed only when R/√λ_min is too large for a certificate at the decrements ``lam2``."""
+        kappa = self.R / math.sqrt(self.lam_min) if self.lam_min > 0 else math.inf
+        if self.lev is None or not np.any(np.sqrt(np.max(lam2)) * kappa >= 1.0):
+            return kappa
+        if self.lev_old is None:
+            m = 0.0
+            for blk, stop in self.rec.rows(min(t, self.t_absorbed)):
+                m = max(m, self._lev_rows(blk[3][:stop], blk[7][:stop]))
+            self.lev_old = m
+            self.passes += 1
+        return min(kappa, math.sqrt(max(self.lev_old, self.lev_new)))
+
+    def _fold(self):
+        """Fold the pending rows into the current epoch (one matrix product) and re-factorise."""
+        if self.pending:
+            B = np.concatenate([p[0] for p in self.pending]) if len(self.pending) > 1 else self.pending[0][0]
+            self.Hcur += B.T @ B
+            self.pending = []
+        self._factor()
+
+    # ------------------------------------------------------------------ moves
+    def _affordable(self) -> bool:
+        """Whether a live move may be made now (see the class's ``budget``, ``regrow``, ``free_work``)."""
+        rows = self.rec.n_rows
+        if rows * self.d <= self.free_work:
+            return True
+        return rows >= (1.0 + self.regrow) * self.rows_at_move and \
+            self.work_moves + 4.0 * rows * self.d <= self.budget * self.work_stream
+
+    def _pass(self, x: np.ndarray, upto: int, what: str = "grad"):
+        """F_t and what ``what`` asks for at x, over the rows of steps ≤ upto.
+
+        ``what``: ``"value"`` → (S,); ``"grad"`` → (S, G, dev) with dev (upto,) the largest
+        |a·x − anchor score| over each step's rows; ``"hess"`` → (S, G, H, scores), the scores a·x of
+        every recorded block. S in nats, G (d,), H (d, d).
+        """
+        S, G = 0.0, np.zeros(self.d)
+        H = np.zeros((self.d, self.d)) if what == "hess" else None
+        dev = np.zeros(upto) if what == "grad" else None
+        zs = []
+        rows = 0
+        for blk, stop in self.rec.rows(upto):
+            X2, y, w = blk[3][:stop], blk[4][:stop], blk[5][:stop]
+            z = X2 @ x
+            rows += stop
+            if what == "value":
+                e = np.exp(-np.abs(z))
+                S += float(w @ (np.log1p(e) + np.maximum(z, 0.0) - y * z))
+                continue
+            loss, d1, d2 = logistic_terms(z, y)
+            S += float(w @ loss)
+            G += X2.T @ (w * d1)
+            if what == "hess":
+                B = X2 * np.sqrt(w * d2)[:, None]
+                H += B.T @ B
+                zs.append(z)
+            else:
+                per = blk[2]
+                gap = np.where(w > 0, np.abs(z - blk[6][:stop]), 0.0).reshape(-1, per).max(axis=1)
+                dev[blk[0] - 1:blk[0] - 1 + len(gap)] = gap
+        self.passes += 1
+        self.work_moves += rows * self.d * {"value": 1.0, "grad": 2.0, "hess": 2.0 + self.d}[what]
+        if what == "value":
+            return (S,)
+        return (S, G, H, zs) if what == "hess" else (S, G, dev)
+
+    def _recentre(self, x, res, what, t):
+        """Make x the centre, with the pass ``res`` at x (``what`` = "grad" or "hess") over the steps ≤ t."""
+        if what == "hess":
+            S, G, H, zs = res
+            for (blk, stop), z in zip(self.rec.rows(t), zs):
+                blk[6][:stop] = z
+            self.epochs, self.Hcur, self.cur_first = [], H, 1     # one epoch: steps 1..t, anchored at x
+            self.anchors += 1
+        else:
+            S, G, dev = res
+            if self.cur_first <= t:              # close the current epoch: anchored at the old centre
+                self.epochs.append([self.Hcur, 0.0, self.cur_first, t])
+                self.Hcur, self.cur_first = np.zeros((self.d, self.d)), t + 1
+            while len(self.epochs) > self.max_epochs:
+                (H1, _, a1, _), (H2, _, _, b2) = self.epochs[0], self.epochs[1]
+                self.epochs[:2] = [[H1 + H2, 0.0, a1, b2]]
+            for e in self.epochs:
+                e[1] = float(dev[e[2] - 1:e[3]].max())
+        self.xc, self.S, self.G = x, S, G
+        for k in self.base:
+            self.base[k] = np.zeros((self.d, self.d))
+        for H, eps, _, _ in self.epochs:
+            self.base["lo"] += math.exp(-eps) * H
+            self.base["mid"] += H
+            self.base["up"] += math.exp(eps) * H
+        self.moves += 1
+        self._factor(fresh=True)
+
+    def _refit(self, t: int, tol: float, max_iter: int = 50):
+        """Move the centre towards argmin F_t until U − L ≤ tol; (estimate, lower, upper) at t.
+
+        L-BFGS (memory 6) preconditioned by H_lo (Levenberg–Marquardt damped where it is nearly
+        singular): each iteration tries the full step with one pass (S, G and the epochs' ε there) and
+        keeps it if F fell by Armijo's rule; otherwise the step is halved on F's values (cheap passes)
+        and a Hessian pass at the accepted point re-anchors every row (Newton's iteration, far from the
+        minimiser). A Hessian pass is also made when the epochs' largest ε exceeds ``eps_max``.
+        """
+        from scipy.linalg import cho_solve
+        est, lo, hi = (float(v[0]) for v in self._bounds(np.array([self.S]), self.G[None], np.array([t])))
+        damped = False
+        pairs = []
+
+        def precond(v):
+            if self.chol is not None:
+                return cho_solve(self.chol, v, check_finite=False)
+            H = self.base["mid"] + self.Hcur
+            mu = max(1e-8 * float(np.trace(H)) / self.d, 1e-12)
+            return np.linalg.solve(H + mu * np.eye(self.d), v)
+
+        for _ in range(max_iter):
+            if hi - lo <= tol:
+                break
+            q = self.G.copy()                    # two-loop recursion with H_lo⁻¹ as the initial inverse Hessian
+            alphas = []
+            for sk, yk, rk in reversed(pairs):
+                a_ = rk * float(sk @ q)
+                q -= a_ * yk
+                alphas.append(a_)
+            r = precond(q)
+            for (sk, yk, rk), a_ in zip(pairs, reversed(alphas)):
+                r += sk * (a_ - rk * float(yk @ r))
+            D = -r
+            slope = float(self.G @ D)
+            if not slope < 0:
+                pairs = []
+                D = -precond(self.G)
+                slope = float(self.G @ D)
+                if not slope < 0:
+                    break
+            what = "hess" if (self.chol is None or self.eps > self.eps_max or damped) else "grad"
+            x = self.xc + D
+            res = self._pass(x, t, what)
+            damped = not res[0] <= self.S + 1e-4 * slope
+            if damped:                           # Armijo failed at α = 1: backtrack on values
+                alpha, x = 0.5, None
+                while alpha > 1e-8 and -alpha * slope > 1e-13 * max(1.0, abs(self.S)):
+                    trial = self.xc + alpha * D
+                    if self._pass(trial, t, "value")[0] <= self.S + 1e-4 * alpha * slope:
+                        x = trial
+                        break
+                    alpha *= 0.5
+                if x is None:                    # no decrease above F's rounding: at the minimiser
+                    break
+                what = "hess"
+                res = self._pass(x, t, what)
+            sk, yk = x - self.xc, res[1] - self.G
+            if what == "hess":
+                pairs = []                       # a new preconditioner
+            elif float(yk @ sk) > 1e-300:
+                pairs = (pairs + [(sk, yk, 1.0 / float(yk @ sk))])[-6:]
+            self._recentre(x, res, what, t)
+            est, lo, hi = (float(v[0]) for v in self._bounds(np.array([self.S]), self.G[None], np.array([t])))
+        self.rows_at_move = self.rec.n_rows
+        return est, lo, hi
+
+    def _solve_exact(self, t: int):
+        """(value, lower, upper) at step t (nats): :meth:`_refit` until U − L ≤ ``exact_tol`` · max(1, U).
+
+        Where that fails (H singular: fewer independent rows than d, or separable data with no finite
+        minimiser) the bracket is [the certified lower bound, the value an L-BFGS solve reaches].
+        """
+        spent = self.work_moves                  # the exact steps do not draw on the live moves' budget
+        lo, hi = self.low, self.S
+        if self.rec.n_rows >= 2 * self.d:        # fewer rows: (nearly) separable, no finite minimiser to home in on
+            est, lo, hi = self._refit(t, self.exact_tol * max(1.0, self.S))
+            if not hi - lo <= self.exact_tol * max(1.0, abs(hi)):
+                est, lo, hi = self._refit(t, self.exact_tol * max(1.0, abs(hi)))
+        certified = hi - lo <= self.exact_tol * max(1.0, abs(hi))
+        if not certified:
+            hi = min(hi, self._fallback(t))
+            lo = min(lo, hi)
+        self.work_moves = spent
+        return (0.5 * (lo + hi) if certified else hi), lo, hi
+
+    def _fallback(self, t: int) -> float:
+        """min F_t by L-BFGS over the recorded rows (warm-started at the centre); the value reached (nats)."""
+        from .comparators import solve_hindsight
+
+        def blocks():
+            for blk, stop in self.rec.rows(t):
+                yield blk[3][:stop], blk[4][:stop], blk[5][:stop]
+        self.passes += 1
+        _, value = solve_hindsight("logistic", blocks, (self.d, 1), None, x0=self.xc.copy())
+        return float(value)
