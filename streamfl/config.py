@@ -424,8 +424,12 @@ class TrackerConfig(_Model):
     refresh_every: int | None = Field(None, ge=1)
     memory_budget_mb: float = Field(512.0, gt=0)  # per-client d×d hindsight statistics only within this budget
     client_hindsight_max: int = Field(4096, ge=0)  # logistic/softmax: exact per-client comparators at the end up to this M
-    # k: logistic/softmax live static estimate refitted on the reservoir at 16, 32, … < k and every k steps
+    # k: softmax (and logistic with learner.radius) live static estimate refitted on the reservoir at 16, 32, … < k
+    # and every k steps
     refit_every: int = Field(1024, ge=1)
+    # logistic: the recorded stream (for the certified live comparator and the exact values) stays in memory up to
+    # this size; beyond, it is written to the run folder's spool and read back through memory maps
+    recording_memory_mb: float = Field(2048.0, gt=0)
 
 
 class SweepConfig(_Model):

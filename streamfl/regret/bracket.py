@@ -124,24 +124,48 @@ def logistic_terms(z: np.ndarray, y: np.ndarray):
 
 
 class _Recording:
-    """The stream so far as step-major rows: features (N, d), labels, weights and each row's anchor score.
+    """The stream so far as step-major rows: features (N, d), labels, weights, each row's anchor score and
+    squared norm.
 
-    Kept as the arrays the stream handed over (no copy). A row's anchor score
-    is a·x at the centre that was current when the row was absorbed (or at the
-    point of the last Hessian pass over every row).
+    Chunks are kept as the arrays the stream handed over (no copy) while they fit in ``budget_mb``; later
+    ones are written to files in ``spool_dir`` and read back through memory maps (the page cache), so the
+    process's own memory stays bounded whatever T. A row's anchor score is a·x at the centre that was
+    current when the row was absorbed (or at the point of the last Hessian pass over every row).
     """
 
-    def __init__(self, d: int):
+    def __init__(self, d: int, budget_mb: float = 1024.0, spool_dir: str | None = None):
         self.d = d
         self.blocks = []          # [t_first (1-based), n steps, rows per step, X (n·r, d), y, w, za, ‖a‖²]
         self.n_rows = 0           # rows of the steps absorbed so far (the tracker advances it)
+        self.budget = float(budget_mb) * 2**20
+        self.in_memory = 0
+        self.spool_dir = spool_dir
+        self.files = []
 
     def add(self, t_first: int, X2: np.ndarray, y: np.ndarray, w: np.ndarray, per_step: int):
         """Record a chunk's rows; returns its (empty) arrays of anchor scores and squared row norms (0 for
         rows of weight 0), filled as its steps are absorbed."""
-        za, sq = np.empty(len(y)), np.empty(len(y))
-        self.blocks.append([t_first, len(y) // per_step, per_step, X2, y, w, za, sq])
-        return za, sq
+        N = len(y)
+        size = N * (self.d + 4) * 8
+        if self.in_memory + size <= self.budget:
+            za, sq = np.empty(N), np.empty(N)
+            self.in_memory += size
+            self.blocks.append([t_first, N // per_step, per_step, X2, y, w, za, sq])
+            return za, sq
+        import os
+        import tempfile
+        if self.spool_dir is None:
+            self.spool_dir = tempfile.mkdtemp(prefix="streamfl-recording-")
+        os.makedirs(self.spool_dir, exist_ok=True)
+        path = os.path.join(self.spool_dir, f"block{len(self.blocks)}.bin")
+        mm = np.memmap(path, dtype=np.float64, mode="w+", shape=(N, self.d + 4))
+        mm[:, :self.d] = X2
+        mm[:, self.d] = y
+        mm[:, self.d + 1] = w
+        self.files.append(path)
+        self.blocks.append([t_first, N // per_step, per_step, mm[:, :self.d], mm[:, self.d], mm[:, self.d + 1],
+                            mm[:, self.d + 2], mm[:, self.d + 3]])
+        return self.blocks[-1][6], self.blocks[-1][7]
 
     def rows(self, upto: int):
         """(block, stop) pairs: the rows [0, stop) of each block that belong to steps ≤ ``upto``."""
@@ -150,6 +174,19 @@ class _Recording:
             if t_first > upto:
                 break
             yield blk, min(n, upto - t_first + 1) * per
+
+    def close(self):
+        """Delete the spilled files (the recorded rows are gone afterwards)."""
+        import os
+        self.blocks = []
+        for path in self.files:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+        self.files = []
+        if self.spool_dir is not None and os.path.isdir(self.spool_dir) and not os.listdir(self.spool_dir):
+            os.rmdir(self.spool_dir)
 
 
 class LogisticBracket:
@@ -182,6 +219,10 @@ class LogisticBracket:
         ``regrow`` since the last move and the moves so far cost at most ``budget`` times the work of
         keeping H (N d² multiply-adds).
     max_epochs : int
+    memory_mb : float
+        The recorded stream stays in memory up to this size (MiB); beyond, it goes to files in
+        ``spool_dir`` (a temporary folder by default), read back through memory maps.
+    spool_dir : str or None
 
     Attributes
     ----------
@@ -202,8 +243,8 @@ class LogisticBracket:
     """
 
     def __init__(self, d: int, block: int = 16, live_tol: float = 5e-3, live_floor: float = 0.05, exact_steps=(),
-                 exact_tol: float = 1e-9, eps_max: float = 2.0, budget: float = 0.5, free_work: float = 1e6,
-                 regrow: float = 0.25, max_epochs: int = 8):
+                 exact_tol: float = 1e-12, eps_max: float = 2.0, budget: float = 0.5, free_work: float = 1e6,
+                 regrow: float = 0.25, max_epochs: int = 8, memory_mb: float = 1024.0, spool_dir: str | None = None):
         self.d = d
         self.block = max(1, int(block))
         self.live_tol, self.live_floor = float(live_tol), float(live_floor)
@@ -211,7 +252,7 @@ class LogisticBracket:
         self.budget, self.free_work, self.regrow = float(budget), float(free_work), float(regrow)
         self.max_epochs = int(max_epochs)
         self.exact_steps = set(int(t) for t in exact_steps)
-        self.rec = _Recording(d)
+        self.rec = _Recording(d, memory_mb, spool_dir)
         self.xc = np.zeros(d)                # the centre, also the current epoch's anchor
         self.S, self.G = 0.0, np.zeros(d)    # F_t(x_c), ∇F_t(x_c), exact
         self.epochs = []                     # closed epochs: [H_e, ε_e, first step, last step]
@@ -252,6 +293,7 @@ class LogisticBracket:
         (the move rule measures the bracket against the regret cum − C); default: against C.
         """
         n, M, b, d = X.shape
+        self._clients = M
         t0 = self.t if t0 is None else int(t0)
         X2 = X.reshape(n * M * b, d)
         yf = np.ascontiguousarray(y, dtype=np.float64).reshape(-1)
@@ -581,6 +623,26 @@ class LogisticBracket:
             lo = min(lo, hi)
         self.work_moves = spent
         return (0.5 * (lo + hi) if certified else hi), lo, hi
+
+    def step_blocks(self):
+        """The recorded stream as whole steps, all clients: (X (n, M, b, d), y (n, M, b), w (n, M, b)) with w
+        each client's own weight, 1/b per sample where the client was present (0 where absent)."""
+        for blk, stop in self.rec.rows(self.t_absorbed):
+            X2, y, w = blk[3][:stop], blk[4][:stop], blk[5][:stop]
+            n, per = stop // blk[2], blk[2]
+            M = self._clients
+            b = per // M
+            yield (X2.reshape(n, M, b, self.d), y.reshape(n, M, b), (w.reshape(n, M, b) > 0) / b)
+
+    def client_blocks(self, m: int):
+        """A callable yielding client m's recorded rows as one block (X (n b, d), y, w = 1/b where present)."""
+        def blocks():
+            parts = [(X[:, m].reshape(-1, self.d), y[:, m].reshape(-1), w[:, m].reshape(-1))
+                     for X, y, w in self.step_blocks()]
+            if parts:
+                yield (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                       np.concatenate([p[2] for p in parts]))
+        return blocks
 
     def _fallback(self, t: int) -> float:
         """min F_t by L-BFGS over the recorded rows (warm-started at the centre); the value reached (nats)."""

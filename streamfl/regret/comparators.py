@@ -356,12 +356,28 @@ class LeastSquaresHindsight:
         -------
         network : ndarray (n,)
         clients : ndarray (n, M), or None without ``per_client``
+
+        After the call, ``self.network_lower`` (n,) holds a certified lower
+        bound on the network's comparator at each step (equal to the value at
+        the refresh steps), ``self.network_estimate`` (n,) the live estimate
+        (the Newton step below, with A_t taken as A_r · W_t/W_r, W the
+        network weight so far) and ``self.network_exact`` (n,) bool marks the
+        refresh steps, where the value is exact. Between refreshes, with x̂ and
+        ν the last refresh's minimiser and multiplier (ν > 0 only on the
+        ball's boundary) and g_t = A_t x̂ − v_t, min_{‖x‖≤D} q_t ≥
+        q_t(x̂) − ½ (g_t + ν x̂)ᵀ (A_r + ν I)⁻¹ (g_t + ν x̂): the Lagrangian
+        q_t + ν(‖x‖² − D²)/2 bounds q_t below on the ball and its Hessian
+        A_t + νI dominates A_r + νI (rows only add). O(d²) per step.
         """
         n, M, b, d = X.shape
         t0 = self.t if t0 is None else int(t0)
         p = present / b
         cw = np.divide(c, present, out=np.zeros_like(c, dtype=float), where=present)
         net_out = np.empty(n)
+        net_low = np.empty(n)
+        net_est = np.empty(n)
+        exact = np.zeros(n, bool)
+        wsum = getattr(self, "_weight", 0.0) + np.cumsum(np.asarray(c, dtype=float).sum(axis=1))
         cl_out = np.empty((n, M)) if self.per_client else None
         start = 0
         stops = refresh_steps(t0, n, self.refresh_every, self.extra)
@@ -379,6 +395,11 @@ class LeastSquaresHindsight:
                 # warm values: the last refresh's minimisers on the new steps
                 fn, fc = self._step_losses(X[sl], y[sl], c[sl], p[sl])
                 net_out[sl] = self.value[0] + np.cumsum(fn)
+                gap = self._gap(X[sl], y[sl], c[sl])
+                net_low[sl] = net_out[sl] - gap
+                # the Newton step with A_t ≈ A_r · W_t/W_r (the network weight so far against the refresh's)
+                with np.errstate(invalid="ignore"):
+                    net_est[sl] = net_out[sl] - gap * (getattr(self, "_bound_w", 0.0) / wsum[sl])
                 if self.per_client:
                     cl_out[sl] = self.value[1:] + np.cumsum(fc, axis=0)
             self._absorb(X[sl], y[sl], c[sl], p[sl], cw[sl])
@@ -395,12 +416,52 @@ class LeastSquaresHindsight:
             else:
                 self.value = np.concatenate([[net_out[stop - 1]], cl_out[stop - 1]]) if self.per_client \
                     else np.array([net_out[stop - 1]])
+            if stop in refresh:
+                self._bound_w = float(wsum[stop - 1])
+                self._refresh_bound()
+                exact[stop - 1] = True
+                net_low[stop - 1] = net_est[stop - 1] = self.value[0]
             net_out[stop - 1] = self.value[0]
             if self.per_client:
                 cl_out[stop - 1] = self.value[1:]
             start = stop
         self.t = t0 + n
+        self._weight = float(wsum[-1])
+        self.network_lower = np.minimum(net_low, net_out)
+        self.network_estimate = np.where(np.isfinite(net_est), np.clip(net_est, self.network_lower, net_out), net_out)
+        self.network_exact = exact
         return net_out, cl_out
+
+    def _refresh_bound(self):
+        """Keep what the warm steps' lower bound needs: the factor of A_r + νI, x̂·ν and the gradient so far."""
+        from scipy.linalg import cho_factor
+        A, v, x = self.A[0], self.v[0], self.x[0]
+        nu = 0.0
+        if self.radius is not None:
+            xx = float(x @ x)
+            if xx > 0:
+                nu = max(0.0, float(x @ (v - A @ x)) / xx)
+        self._bound_g = A @ x - v + nu * x           # ∇ of the Lagrangian at x̂ (0 up to rounding)
+        try:
+            self._bound_chol = cho_factor(A + nu * np.eye(self.d), lower=True, check_finite=False)
+            if not np.all(np.diag(self._bound_chol[0]) > 0):
+                self._bound_chol = None
+        except np.linalg.LinAlgError:
+            self._bound_chol = None
+
+    def _gap(self, X, y, c):
+        """q_t(x̂) − (certified lower bound on min q_t) at each of the steps (n,); inf before the first refresh
+        or where A_r + νI is singular."""
+        n, M, b, d = X.shape
+        chol = getattr(self, "_bound_chol", None)
+        if chol is None:
+            return np.full(n, np.inf)
+        from scipy.linalg import cho_solve
+        r = (np.einsum("nmbd,d->nmb", X, self.x[0]) - y) * (c / b)[..., None]
+        g = self._bound_g + np.cumsum(np.einsum("nmb,nmbd->nd", r, X), axis=0)
+        self._bound_g = g[-1].copy()
+        sol = cho_solve(chol, g.T, check_finite=False)
+        return 0.5 * np.einsum("dn,nd->n", sol, g)
 
 
 _BLOCK = 4096  # rows per partial sum in _weighted_logistic

@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .bracket import LogisticBracket
 from .fastquad import kappa_unique, softplus_mean
 from .comparators import (CLIENT_NEWTON_MAX_DIM, LeastSquaresHindsight, ReservoirHindsight, is_refit_step,
                           quadratic_min, quadratic_min_cholesky, quadratic_min_rows, refit_points, solve_hindsight,
@@ -293,13 +294,22 @@ class RegretTracker:
         The main learner's η_t, for the regime condition (undetermined without it).
     tau : int or None
         The main learner's τ, for the consensus term of the bound.
+    refresh_every, memory_budget_mb, client_hindsight_max, refit_every, recording_memory_mb
+        The ``tracker`` section of the config (:class:`~streamfl.config.TrackerConfig`).
+
+    Static regret columns (see :meth:`update`): ``regret_static`` is exact where it is known (least
+    squares: every step with ``refresh_every`` = 1, else the refresh steps; logistic: the checkpoints and
+    T) and NaN elsewhere; ``regret_static_live`` is the live estimate at every step, with the certified
+    interval ``regret_static_live_lo`` ≤ R_t ≤ ``regret_static_live_hi`` (:mod:`streamfl.regret.bracket`
+    for logistic; the Lagrangian bound of :meth:`LeastSquaresHindsight.update` for least squares; NaN for
+    softmax and for logistic with a radius, whose reservoir estimate has no bound).
     """
 
     def __init__(self, stream, main: str, learners: list[str], radius: float | None = None,
                  sink=None, spool_dir: str | None = None, reservoir_size: int = 4096, seed: int = 0,
                  client_columns: bool = True, step_size=None, tau: int | None = None, client_columns_max: int = 1024,
                  refresh_every: int | None = None, memory_budget_mb: float = 512.0, client_hindsight_max: int = 4096,
-                 refit_every: int = 1024):
+                 refit_every: int = 1024, recording_memory_mb: float = 2048.0):
         self.M, self.d, self.b = stream.n_clients, stream.n_features, stream.batch_size
         self.task, self.K = stream.task, (stream.n_classes if stream.task == "softmax" else 1)
         self.population = stream.population
@@ -343,9 +353,19 @@ class RegretTracker:
             self.reservoir = None
         else:
             self.hindsight = None
+            self.reservoir = None
+        # logistic: the live comparator with a certified bracket, exact at the checkpoints and T; it keeps
+        # the stream in memory for its passes and for the per-client solves at the end
+        self.bracket = None
+        self._spool_root = spool_dir
+        if self.task == "logistic" and radius is None:
+            self.bracket = LogisticBracket(self.d, exact_steps=sorted(self.checkpoints | {T}),
+                                           memory_mb=recording_memory_mb,
+                                           spool_dir=None if spool_dir is None else os.path.join(spool_dir, "recording"))
+        elif self.task != "least_squares":
             self.reservoir = ReservoirHindsight(self.task, (self.d, self.K), reservoir_size, radius, seed)
         self.spool = None
-        if self.task != "least_squares":
+        if self.reservoir is not None:
             self.spool_dir = spool_dir or tempfile.mkdtemp(prefix="streamfl-spool-")
             os.makedirs(self.spool_dir, exist_ok=True)
             self.spool = {k: open(os.path.join(self.spool_dir, k + ".bin"), "wb") for k in ("X", "y", "w", "t")}
@@ -375,6 +395,7 @@ class RegretTracker:
         self.D = math.nan if self.known else (2.0 * radius if radius is not None else math.nan)
         self.checkpoint_loss = {}
         self.checkpoint_regret = {}
+        self.last_exact = None                 # (t, exact static regret) at the last step where it is known
         self.checkpoint_exp = {}
         self.block = max(1, math.ceil(T / 32))
         self.stats = {k: RunningMean(self.block) for k in ("sigma2", "sigma2_comparator", "zeta2", "K2", "curvature")}
@@ -455,11 +476,21 @@ class RegretTracker:
             self.second_moment += Xf.T @ (Xf * np.repeat((c / self.b).reshape(-1), self.b)[:, None])
         self.total_weight += float(c.sum())
 
-        # realised static regret
+        # realised static regret: the live estimate of the comparator with its certified bounds, and its exact
+        # value at the steps where it is known (least squares: the refresh steps; logistic: checkpoints and T)
         client_regret = None
+        nan = np.full(n, np.nan)
+        lo = hi = nan
+        exact = nan
         if self.hindsight is not None:
-            comp, client_comp = self.hindsight.update(chunk.X, chunk.y, c, present, t0=chunk.t0)
+            warm, client_comp = self.hindsight.update(chunk.X, chunk.y, c, present, t0=chunk.t0)
             client_regret = None if client_comp is None else client_cum - client_comp
+            lo, hi = self.hindsight.network_lower, warm
+            comp = self.hindsight.network_estimate        # a Newton step from the last exact minimiser
+            exact = np.where(self.hindsight.network_exact, warm, np.nan)
+        elif self.bracket is not None:
+            br = self.bracket.update(chunk.X, chunk.y, c, t0=chunk.t0, cum=cum[self.main])
+            comp, lo, hi, exact = br["estimate"], br["lower"], br["upper"], br["exact"]
         else:
             comp = np.empty(n)
             start = 0
@@ -471,12 +502,19 @@ class RegretTracker:
                                                          losses[self.main][start:stop], refit)
                 start = stop
             self._spool(chunk, c, ts)
-        cols["comparator_static"] = comp
-        cols["regret_static"] = cum[self.main] - comp
+        cols["comparator_static"] = exact
+        cols["comparator_static_live"] = comp
+        cols["regret_static"] = cum[self.main] - exact
+        cols["regret_static_live"] = cum[self.main] - comp
+        cols["regret_static_live_lo"] = cum[self.main] - hi
+        cols["regret_static_live_hi"] = cum[self.main] - lo
         self.state.comparator = float(comp[-1])
-        if self.hindsight is not None:
-            for i in hits:
+        for i in hits:
+            if np.isfinite(exact[i]):
                 self.checkpoint_regret[int(ts[i])] = float(cols["regret_static"][i])
+        done = np.flatnonzero(np.isfinite(exact))
+        if len(done):
+            self.last_exact = (int(ts[done[-1]]), float(cols["regret_static"][done[-1]]))
 
         # the virtual average, its realised loss and the consensus error (Lemma 1)
         average = models.mean(axis=1)                                    # (n, d, K)
@@ -491,7 +529,7 @@ class RegretTracker:
         cum_virtual = self.cum_virtual + np.cumsum(virtual_loss)
         self.cum_virtual = float(cum_virtual[-1])
         cols["cum_loss_virtual"] = cum_virtual
-        cols["regret_static_virtual"] = cum_virtual - comp
+        cols["regret_static_virtual"] = cum_virtual - comp          # of the live estimate
         cols["regret_expected_virtual"] = np.full(n, np.nan)
         cols["consensus"] = consensus
         cols["cum_consensus"] = self.cum_consensus + np.cumsum(consensus)
@@ -721,7 +759,9 @@ class RegretTracker:
         for name in self.learners:
             if name != self.main:
                 st.cum_loss[name] = float(last[f"cum_loss_{name}"])
-        st.regret = {"static": float(last["regret_static"]), "expected": float(last["regret_expected"]),
+        st.regret = {"static": float(last["regret_static_live"]),
+                     "static_lo": float(last["regret_static_live_lo"]), "static_hi": float(last["regret_static_live_hi"]),
+                     "expected": float(last["regret_expected"]),
                      "dynamic": float(last["regret_dynamic"]),
                      "static_virtual": float(last["regret_static_virtual"]),
                      "expected_virtual": float(last["regret_expected_virtual"]),
@@ -737,17 +777,23 @@ class RegretTracker:
             if k == 1:
                 return "exact at every step (sufficient statistics)"
             text = (f"exact at steps t ≤ 16, powers of two, every {k} steps (tracker.refresh_every), the "
-                    f"checkpoints and T; in between the last exact minimiser's loss (an upper bound on the "
-                    f"comparator, so a live regret ≤ the exact one)")
+                    f"checkpoints and T; in between a Newton step from the last exact minimiser, with a certified "
+                    f"interval (regret_static_live_lo/_hi: the last minimiser's loss above, a Lagrangian bound below)")
             if getattr(self, "client_sparse", False):
                 text += (f"; per client exact only every {k} steps and at T (M·d³ = {self.M * self.d ** 3:.2g} "
                          f"> {CLIENT_SOLVE_FLOPS:.0e} per solve), the last exact minimiser's loss in between")
             return text
+        if self.bracket is not None:
+            return ("a quadratic model of the cumulative loss at a centre near the minimiser (exact sums of the "
+                    "loss, gradient and Hessian over the stream), with a certified interval at every step "
+                    "(regret_static_live_lo/_hi, by the self-concordance of the logistic loss); the centre moves "
+                    "when the interval grows wider than 0.5 % of the regret (or 0.05 nats), within a work budget; "
+                    "exact at the checkpoints and T")
         k = self.refit_every
         powers = ", ".join(str(1 << i) for i in range(4, 63) if (1 << i) < k)
         return (f"estimate on a reservoir of samples refitted (L-BFGS, warm-started) at steps "
                 f"{powers + ', ' if powers else ''}every {k} steps (tracker.refit_every) and T; between refits "
-                f"the last fit's estimate; exact at the end of the run")
+                f"the last fit's estimate (no certified bound); exact at the end of the run")
 
     def smoothness(self) -> float:
         """L: the population's, or estimated from the running second moment of
@@ -918,7 +964,10 @@ class RegretTracker:
                "regret_dynamic": st.regret.get("dynamic"),
                "regret_static_virtual": st.regret.get("static_virtual"),
                "regret_expected_virtual": st.regret.get("expected_virtual"),
-               "regret_static_method": "exact (sufficient statistics)" if self.hindsight else "exact (L-BFGS over the recorded stream)",
+               "regret_static_method": ("exact (sufficient statistics)" if self.hindsight else
+                                        "exact (quasi-Newton over the recorded stream, certified to a relative "
+                                        f"{self.bracket.exact_tol:g})" if self.bracket else
+                                        "exact (L-BFGS over the recorded stream)"),
                "regret_static_live_method": self.static_live_method(),
                "regret_expected_method": self.expected_method, "regret_dynamic_method": self.dynamic_method,
                "static_checkpoints": []}
@@ -938,14 +987,32 @@ class RegretTracker:
             if self.hindsight.per_client:
                 clients["static"] = self.client_cum - value[1:]
             out["static_checkpoints"] = sorted(self.checkpoint_regret.items())
-        if self.spool is not None:
-            for f in self.spool.values():
-                f.close()
-            self.checkpoint_loss[st.t] = st.cum_loss[self.main]
+        if self.spool is not None or self.bracket is not None:
             x = None
-            for tt, cl in sorted(self.checkpoint_loss.items()):
-                x, value = solve_hindsight(self.task, self._blocks(tt), (self.d, self.K), self.radius, x0=x)
-                out["static_checkpoints"].append((int(tt), float(cl - value)))
+            if self.bracket is not None:
+                # exact during the run at the checkpoints and T (certified to the bracket's exact_tol)
+                br = self.bracket
+                if st.t not in br.exact and st.t > 0:
+                    br.exact[st.t] = br._solve_exact(st.t)
+                for tt, (v, _, _) in sorted(br.exact.items()):
+                    if tt in self.checkpoint_loss:
+                        out["static_checkpoints"].append((int(tt), float(self.checkpoint_loss[tt] - v)))
+                value, v_lo, v_hi = br.exact[st.t] if st.t > 0 else (0.0, 0.0, 0.0)
+                if st.t not in self.checkpoint_loss:
+                    out["static_checkpoints"].append((int(st.t), float(st.cum_loss[self.main] - value)))
+                out["regret_static_bounds"] = [float(st.cum_loss[self.main] - v_hi),
+                                               float(st.cum_loss[self.main] - v_lo)]
+                x = br.xc.copy()
+                step_blocks, client_blocks = br.step_blocks, br.client_blocks
+            else:
+                for f in self.spool.values():
+                    f.close()
+                self.checkpoint_loss[st.t] = st.cum_loss[self.main]
+                for tt, cl in sorted(self.checkpoint_loss.items()):
+                    x, value = solve_hindsight(self.task, self._blocks(tt), (self.d, self.K), self.radius, x0=x)
+                    out["static_checkpoints"].append((int(tt), float(cl - value)))
+                step_blocks = self._step_blocks()
+                client_blocks = lambda m: self._blocks(client=m)      # noqa: E731
             out["comparator_static"] = value
             out["regret_static"] = float(st.cum_loss[self.main] - value)
             out["regret_static_virtual"] = float(self.cum_virtual - value)
@@ -956,9 +1023,9 @@ class RegretTracker:
                 cl = np.empty(self.M)
                 todo = range(self.M)
                 if self.task == "logistic" and self.d <= CLIENT_NEWTON_MAX_DIM:
-                    # all clients at once (one pass over the spool per Newton step); clients it does not
+                    # all clients at once (one pass over the recording per Newton step); clients it does not
                     # settle (no finite minimiser, or outside the radius) go to the one-by-one solver below
-                    xs, vals, ok = solve_hindsight_clients(self._step_blocks(), self.M, self.d, x0=x)
+                    xs, vals, ok = solve_hindsight_clients(step_blocks, self.M, self.d, x0=x)
                     if self.radius is not None:
                         ok &= np.linalg.norm(xs, axis=1) <= self.radius
                     cl[ok] = vals[ok]
@@ -969,7 +1036,7 @@ class RegretTracker:
                 else:
                     out["client_regret_static_method"] = "exact: L-BFGS one client at a time"
                 for m in todo:
-                    _, cl[m] = solve_hindsight(self.task, self._blocks(client=m), (self.d, self.K), self.radius, x0=x)
+                    _, cl[m] = solve_hindsight(self.task, client_blocks(m), (self.d, self.K), self.radius, x0=x)
                 clients["static"] = self.client_cum - cl
             else:
                 self.notes.append(client_hindsight_note(self.M, self.client_hindsight_max))
@@ -986,9 +1053,17 @@ class RegretTracker:
                 out["regret_expected_virtual"] = float(self.exp_virtual - comp)
                 _, ccomp = self.client_exp_sums.solve(self.radius)
                 clients["expected"] = self.client_exp - ccomp
-            for name in os.listdir(self.spool_dir):
-                os.remove(os.path.join(self.spool_dir, name))
-            os.rmdir(self.spool_dir)
+            if self.spool is not None:
+                for name in os.listdir(self.spool_dir):
+                    os.remove(os.path.join(self.spool_dir, name))
+                os.rmdir(self.spool_dir)
+            if self.bracket is not None:
+                self.bracket.rec.close()
+                if spool_root := getattr(self, "_spool_root", None):
+                    try:
+                        os.rmdir(spool_root)
+                    except OSError:
+                        pass
         out["consensus_part"] = st.regret.get("consensus_part")
         out["cum_consensus"] = self.cum_consensus
         out["consensus_bound"] = 0.5 * self.smoothness() * self.cum_consensus
