@@ -83,9 +83,9 @@ def test_refresh_period_changes_live_values_only_and_is_stated():
     assert f64.loc[~on, "regret_static"].isna().all()            # not exact there: no exact value claimed
     # between refreshes, the certified interval holds the exact regret, and the estimate is close to it
     truth = f1.loc[~on, "regret_static"]
-    assert (f64.loc[~on, "regret_static_live_lo"] <= truth + 1e-9).all()
-    assert (truth <= f64.loc[~on, "regret_static_live_hi"] + 1e-9).all()
-    width = f64.loc[~on, "regret_static_live_hi"] - f64.loc[~on, "regret_static_live_lo"]
+    assert (f64.loc[~on, "regret_static_lower"] <= truth + 1e-9).all()
+    assert (truth <= f64.loc[~on, "regret_static_upper"] + 1e-9).all()
+    width = f64.loc[~on, "regret_static_upper"] - f64.loc[~on, "regret_static_lower"]
     err = (f64.loc[~on, "regret_static_live"] - truth).abs()
     assert width.max() > 1e-6 and (err <= width + 1e-12).all() and err.median() < 0.25 * width.median()
     assert "every 64 steps (tracker.refresh_every)" in warm["regret_static_live_method"]

@@ -300,7 +300,7 @@ class RegretTracker:
     Static regret columns (see :meth:`update`): ``regret_static`` is exact where it is known (least
     squares: every step with ``refresh_every`` = 1, else the refresh steps; logistic: the checkpoints and
     T) and NaN elsewhere; ``regret_static_live`` is the live estimate at every step, with the certified
-    interval ``regret_static_live_lo`` ≤ R_t ≤ ``regret_static_live_hi`` (:mod:`streamfl.regret.bracket`
+    interval ``regret_static_lower`` ≤ R_t ≤ ``regret_static_upper`` (:mod:`streamfl.regret.bracket`
     for logistic; the Lagrangian bound of :meth:`LeastSquaresHindsight.update` for least squares; NaN for
     softmax and for logistic with a radius, whose reservoir estimate has no bound).
     """
@@ -506,8 +506,8 @@ class RegretTracker:
         cols["comparator_static_live"] = comp
         cols["regret_static"] = cum[self.main] - exact
         cols["regret_static_live"] = cum[self.main] - comp
-        cols["regret_static_live_lo"] = cum[self.main] - hi
-        cols["regret_static_live_hi"] = cum[self.main] - lo
+        cols["regret_static_lower"] = cum[self.main] - hi
+        cols["regret_static_upper"] = cum[self.main] - lo
         self.state.comparator = float(comp[-1])
         for i in hits:
             if np.isfinite(exact[i]):
@@ -760,7 +760,7 @@ class RegretTracker:
             if name != self.main:
                 st.cum_loss[name] = float(last[f"cum_loss_{name}"])
         st.regret = {"static": float(last["regret_static_live"]),
-                     "static_lo": float(last["regret_static_live_lo"]), "static_hi": float(last["regret_static_live_hi"]),
+                     "static_lower": float(last["regret_static_lower"]), "static_upper": float(last["regret_static_upper"]),
                      "expected": float(last["regret_expected"]),
                      "dynamic": float(last["regret_dynamic"]),
                      "static_virtual": float(last["regret_static_virtual"]),
@@ -778,7 +778,7 @@ class RegretTracker:
                 return "exact at every step (sufficient statistics)"
             text = (f"exact at steps t ≤ 16, powers of two, every {k} steps (tracker.refresh_every), the "
                     f"checkpoints and T; in between a Newton step from the last exact minimiser, with a certified "
-                    f"interval (regret_static_live_lo/_hi: the last minimiser's loss above, a Lagrangian bound below)")
+                    f"interval (regret_static_lower/_upper: the last minimiser's loss above, a Lagrangian bound below)")
             if getattr(self, "client_sparse", False):
                 text += (f"; per client exact only every {k} steps and at T (M·d³ = {self.M * self.d ** 3:.2g} "
                          f"> {CLIENT_SOLVE_FLOPS:.0e} per solve), the last exact minimiser's loss in between")
@@ -786,7 +786,7 @@ class RegretTracker:
         if self.bracket is not None:
             return ("a quadratic model of the cumulative loss at a centre near the minimiser (exact sums of the "
                     "loss, gradient and Hessian over the stream), with a certified interval at every step "
-                    "(regret_static_live_lo/_hi, by the self-concordance of the logistic loss); the centre moves "
+                    "(regret_static_lower/_upper, by the self-concordance of the logistic loss); the centre moves "
                     "when the interval grows wider than 0.5 % of the regret (or 0.05 nats), within a work budget; "
                     "exact at the checkpoints and T")
         k = self.refit_every

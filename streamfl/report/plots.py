@@ -510,7 +510,38 @@ def _exact_label(summary: Mapping) -> str:
     """Legend label of the exact static checkpoints (the curve itself is exact for least squares)."""
     if "sufficient statistics" in str(summary.get("regret_static_method", "")):
         return "static, exact at checkpoints"
-    return "static, exact (end-of-run solver)"
+    return "static, exact (checkpoints and T)"
+
+
+def _with_live_static(df: pd.DataFrame) -> pd.DataFrame:
+    """The frame with the static regret to draw as a curve under ``regret_static``: the live estimate.
+
+    Since metrics.csv carries the exact static regret only where it is known (``regret_static``, NaN
+    elsewhere) and the live estimate at every step (``regret_static_live``, with a seeds run's
+    ``_lo``/``_hi``), the curves follow the live estimate; the exact values are the markers of
+    ``static_checkpoints``, and the certified interval (``regret_static_lower`` … ``_upper``) is shaded by
+    :func:`_bound_band`. Frames of older runs (no live column) are returned as they are.
+    """
+    if "regret_static_live" not in df:
+        return df
+    out = df.drop(columns=[c for c in ("regret_static", "regret_static_lo", "regret_static_hi") if c in df])
+    return out.rename(columns={"regret_static_live": "regret_static", "regret_static_live_lo": "regret_static_lo",
+                               "regret_static_live_hi": "regret_static_hi"})
+
+
+def _bound_band(ax, thin: pd.DataFrame, colour, t: np.ndarray, divide: np.ndarray | float = 1.0) -> bool:
+    """Hatch the live static estimate's certified interval (``regret_static_lower`` … ``_upper``) where it is
+    wider than the line (at least 0.2 % of the curve's range)."""
+    if not (_has_data(thin, "regret_static_lower") and _has_data(thin, "regret_static_upper")):
+        return False
+    lo = thin["regret_static_lower"].to_numpy(dtype=float) / divide
+    hi = thin["regret_static_upper"].to_numpy(dtype=float) / divide
+    span = float(np.nanmax(hi) - np.nanmin(lo)) if np.isfinite(hi).any() else 0.0
+    if not np.any(hi - lo > 2e-3 * max(span, 1e-300)):
+        return False
+    ax.fill_between(t, lo, hi, facecolor="none", edgecolor=colour, hatch="////", linewidth=0, alpha=0.5, zorder=2,
+                    label="static: certified interval of the live estimate")
+    return True
 
 
 def _band(ax, thin: pd.DataFrame, col: str, colour, t: np.ndarray, divide: np.ndarray | float = 1.0) -> bool:
@@ -591,6 +622,7 @@ _GAP_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 def _regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     _require(df, REQUIRED)
+    df = _with_live_static(df)
     summary = summary or {}
     units = _loss_units(summary)
     thin = _thin(df)
@@ -622,6 +654,8 @@ def _regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
         shown = f"{label}, {notes[label][1]}" if label in notes else label
         top.plot(t, thin[col].to_numpy(dtype=float), color=colour, linewidth=1.8, label=shown, zorder=3, **mark)
         _band(top, thin, col, colour, t)
+        if col == "regret_static":
+            _bound_band(top, thin, colour, t)
     if len(ck_t):
         top.plot(ck_t, ck_r, linestyle="none", marker="o", markersize=5.5, markerfacecolor="white",
                  markeredgecolor="#1f77b4", markeredgewidth=1.6, label=_exact_label(summary), zorder=4,
@@ -703,6 +737,7 @@ def plot_regret_over_sqrt_t(df: pd.DataFrame, summary: Mapping | None, path: str
 
 def _regret_over_sqrt_t_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     _require(df, REQUIRED)
+    df = _with_live_static(df)
     summary = summary or {}
     units = _loss_units(summary)
     thin = _thin(df)
@@ -721,6 +756,8 @@ def _regret_over_sqrt_t_figure(df: pd.DataFrame, summary: Mapping | None) -> Fig
             label += _live_note(df, col)
         ax.plot(t, thin[col].to_numpy(dtype=float) / root, color=colour, linewidth=1.8, label=label)
         _band(ax, thin, col, colour, t, root)
+        if col == "regret_static":
+            _bound_band(ax, thin, colour, t, root)
         drawn += 1
     if len(ck_t):
         ax.plot(ck_t, ck_r / np.sqrt(ck_t), linestyle="none", marker="o", markersize=5.5, markerfacecolor="white",
@@ -1119,6 +1156,7 @@ def plot_decomposition(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
 
 def _decomposition_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     _require(df, REQUIRED)
+    df = _with_live_static(df)
     summary = summary or {}
     units = _loss_units(summary)
     thin = _thin(df).copy()
@@ -1215,6 +1253,7 @@ def plot_client_regret(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
 
 def _client_regret_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     _require(df, REQUIRED)
+    df = _with_live_static(df)
     summary = summary or {}
     units = _loss_units(summary)
     thin = _thin(df)
