@@ -260,20 +260,44 @@ def test_batched_client_newton_equals_one_lbfgs_solve_per_client():
 
 
 @pytest.mark.parametrize("radius", [None, 0.05])
-def test_tracker_per_client_static_newton_equals_the_one_by_one_solver(monkeypatch, radius):
-    # the same run's per-client exact static regrets, all clients at once (default for d ≤ 32) and one
-    # L-BFGS solve per client (the path for larger d); with a small radius every client falls back
+def test_tracker_per_client_static_batched_solvers_agree(monkeypatch, radius):
+    # the same run's per-client exact static regrets by batched damped Newton (d ≤ 32) and by batched
+    # preconditioned L-BFGS (the path for larger d); with a small radius every client falls back to the
+    # one-by-one solver
     stream = lambda: SyntheticStream("logistic", n_clients=7, n_features=3, n_steps=60, batch_size=2,  # noqa: E731
                                      heterogeneity=0.5, seed=4)
-    _, _, fast = _run_capture(stream(), radius=radius)
+    _, _, newton = _run_capture(stream(), radius=radius)
     monkeypatch.setattr(tracker_module, "CLIENT_NEWTON_MAX_DIM", 0)
-    _, _, slow = _run_capture(stream(), radius=radius)
-    np.testing.assert_allclose(fast["client_regret"]["static"], slow["client_regret"]["static"], rtol=1e-10)
-    assert slow["client_regret_static_method"] == "exact: L-BFGS one client at a time"
+    _, _, lbfgs = _run_capture(stream(), radius=radius)
+    np.testing.assert_allclose(newton["client_regret"]["static"], lbfgs["client_regret"]["static"], rtol=1e-10)
     settled = 0 if radius else 7
-    assert fast["client_regret_static_method"] == (
+    assert newton["client_regret_static_method"] == (
         f"exact: all clients at once by damped Newton (logistic, d ≤ 32) for {settled} clients, L-BFGS one "
         f"client at a time for {7 - settled}")
+    assert lbfgs["client_regret_static_method"] == (
+        f"exact: all clients at once by preconditioned L-BFGS (logistic, d > 0) for {settled} clients, L-BFGS one "
+        f"client at a time for {7 - settled}")
+
+
+@pytest.mark.parametrize("precond", ["clients", None])
+def test_batched_client_lbfgs_equals_one_lbfgs_solve_per_client(precond):
+    # 6 clients, 300 steps, b = 2, d = 20 (not separable); client 4 absent half the time
+    from streamfl.regret.bracket import solve_clients
+    rng = np.random.default_rng(12)
+    n, M, b, d = 300, 6, 2, 20
+    truth = rng.normal(size=d) / np.sqrt(d)
+    X = rng.normal(size=(n, M, b, d))
+    y = (rng.uniform(size=(n, M, b)) < 1 / (1 + np.exp(-X @ truth))).astype(float)
+    w = np.full((n, M, b), 1.0 / b)
+    w[::2, 4] = 0.0
+    x, value, ok = solve_clients(lambda: iter([(X[:90], y[:90], w[:90]), (X[90:], y[90:], w[90:])]), M, d,
+                                 precond=precond)
+    assert ok.all()
+    for m in range(M):
+        xm, vm = solve_hindsight("logistic", lambda: [(X[:, m].reshape(-1, d), y[:, m].reshape(-1),
+                                                       w[:, m].reshape(-1))], (d, 1))
+        assert value[m] == pytest.approx(vm, rel=1e-11)
+        np.testing.assert_allclose(x[m], xm, atol=1e-5)
 
 
 def test_batched_client_newton_passes_near_the_minimum():

@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .bracket import LogisticBracket
+from .bracket import LogisticBracket, solve_clients
 from .fastquad import kappa_unique, softplus_mean
 from .comparators import (CLIENT_NEWTON_MAX_DIM, LeastSquaresHindsight, ReservoirHindsight, is_refit_step,
                           quadratic_min, quadratic_min_cholesky, quadratic_min_rows, refit_points, solve_hindsight,
@@ -1033,6 +1033,18 @@ class RegretTracker:
                     out["client_regret_static_method"] = (
                         f"exact: all clients at once by damped Newton (logistic, d ≤ {CLIENT_NEWTON_MAX_DIM}) for "
                         f"{self.M - len(todo)} clients, L-BFGS one client at a time for {len(todo)}")
+                elif self.task == "logistic":
+                    # all clients at once by L-BFGS preconditioned by each client's Hessian at the network's
+                    # comparator (one pass of batched products, then O(N d) per pass); the rest one by one
+                    xs, vals, ok = solve_clients(step_blocks, self.M, self.d, x0=x,
+                                                 precond="clients" if self.M * self.d ** 2 * 8 <= 2**28 else None)
+                    if self.radius is not None:
+                        ok &= np.linalg.norm(xs, axis=1) <= self.radius
+                    cl[ok] = vals[ok]
+                    todo = np.flatnonzero(~ok).tolist()
+                    out["client_regret_static_method"] = (
+                        f"exact: all clients at once by preconditioned L-BFGS (logistic, d > {CLIENT_NEWTON_MAX_DIM}) "
+                        f"for {self.M - len(todo)} clients, L-BFGS one client at a time for {len(todo)}")
                 else:
                     out["client_regret_static_method"] = "exact: L-BFGS one client at a time"
                 for m in todo:
