@@ -90,8 +90,8 @@ def sc_lower_gap(lam: np.ndarray, kappa) -> np.ndarray:
     (a float or an array of ``lam``'s shape). Returns the gap (nats, ``lam``'s shape): C ≥ S − gap;
     ``inf`` where no certificate exists (λ̄κ̄ ≥ 1). With u = κ̄ν the root solves
     φ(u) = 1 − (1 − e^{−u})/u = ρ := λ̄κ̄, φ increasing and concave from 0 to 1. Newton's iteration from
-    u₀ = 2ρ ≤ root (φ(u) ≤ u/2) lands right of the root and then decreases to it, so every iterate
-    after the first is a valid radius (φ(u) ≥ ρ); six iterations reach the root to rounding. As κ̄ → 0
+    Newton's iteration, kept inside the root's bracket [2ρ, 1/(1 − ρ)], reaches the root to rounding;
+    the radius is then pushed up until φ(u) ≥ ρ holds in floating point (a valid certificate). As κ̄ → 0
     the gap tends to λ̄²/2, the quadratic model's.
     """
     lam = np.asarray(lam, dtype=np.float64)
@@ -99,17 +99,35 @@ def sc_lower_gap(lam: np.ndarray, kappa) -> np.ndarray:
     rho = lam * kappa
     ok = rho < 1.0
     r = np.where(ok, rho, 0.5)
-    u = 2.0 * r
-    for _ in range(7):
+
+    def phi_dphi(u):
         us = np.maximum(u, 1e-6)
         em = np.exp(-us)
         phi = np.where(u < 1e-6, 0.5 * u, 1.0 - (1.0 - em) / us)
         dphi = np.where(u < 1e-6, 0.5, (1.0 - em - us * em) / (us * us))
-        u = u - (phi - r) / dphi
-    u = u * (1.0 + 1e-12) + 1e-300                 # φ(u) ≥ ρ whatever the rounding of the last iterate
+        return phi, dphi
+
+    # the root lies in [2ρ, 1/(1 − ρ)] (φ(u) ≤ u/2 and φ(u) ≥ 1 − 1/u); Newton from the larger of 2ρ and
+    # 1/(1 − ρ) − 1 (near the root in both regimes), kept inside the bracket
+    lo_u, hi_u = 2.0 * r, 1.0 / (1.0 - r)
+    u = np.maximum(lo_u, hi_u - 1.0)
+    for _ in range(12):
+        phi, dphi = phi_dphi(u)
+        u = np.clip(u - (phi - r) / dphi, lo_u, hi_u)
+    # a valid radius needs φ(u) ≥ ρ: step up past the rounding of the last iterate, by bisection if need be
+    phi, _ = phi_dphi(u)
+    up = u * (1.0 + 4e-16) + 1e-300
+    for _ in range(60):
+        short = phi < r
+        if not short.any():
+            break
+        u = np.where(short, np.minimum(hi_u, u + (up - u) * 2.0), u)
+        up = u * (1.0 + 4e-16) + 1e-300
+        phi, _ = phi_dphi(u)
+    u = u * (1.0 + 1e-12)                          # a margin far above the rounding of φ
     tiny = kappa < 1e-300
     with np.errstate(divide="ignore", invalid="ignore"):
-        gap = np.where(tiny, 0.5 * lam * lam, lam * u / (4.0 * np.where(tiny, 1.0, kappa)))
+        gap = np.where(tiny, 0.5 * lam * lam * (1.0 + 1e-12), lam * u / (4.0 * np.where(tiny, 1.0, kappa)))
     return np.where(ok, gap, np.inf)
 
 
@@ -266,7 +284,9 @@ class LogisticBracket:
         self.R = 0.0                         # max ‖a‖ over the rows
         self.lam_min = 0.0                   # a lower bound on λ_min(H_lo) (H_lo only grows between moves)
         self.rows_at_eig = 0
-        self.lev, self.lev_old, self.lev_new = None, None, 0.0   # spectrum bottom; leverage bounds old/new rows
+        # the bottom of H_lo's spectrum at the last move, and leverage bounds against it: of the rows absorbed
+        # before that move (swept when needed) and of those absorbed since
+        self.lev, self.lev_old, self.lev_new, self.t_moved = None, None, 0.0, 0
         self.t_absorbed = 0                  # the last step whose rows are absorbed
         self.weight = 0.0                    # Σ w over the rows absorbed: F_t(0) = weight · log 2
         self.chol = None                     # Cholesky of H_lo = base["lo"] + Hcur
@@ -315,6 +335,9 @@ class LogisticBracket:
             rows = slice(i * per, stop * per)
             self._segment(X2[rows], yf[rows], w[rows], za[rows], sq[rows], per, t0 + i, stop - i, out, i)
             t = self.t = t0 + stop
+            i = stop
+            if not self.is_fold(t):              # the chunk ends inside a sub-block: carry on at the next chunk
+                continue
             self._fold()
             j = stop - 1
             if t in self.exact_steps:
@@ -331,7 +354,12 @@ class LogisticBracket:
                     if self.rec.n_rows * self.d <= self.free_work:      # cheap moves draw on no budget
                         self.work_moves = spent
                     out["estimate"][j], out["lower"][j], out["upper"][j] = est, lo, hi
-            i = stop
+            if self.lev is not None and self.lev_old is None and self.chol is not None and self.lam_min > 0:
+                # from the next step on, the leverage bounds if R/√λ_min comes near its certificate's limit
+                from scipy.linalg import cho_solve
+                lam = math.sqrt(max(float(self.G @ cho_solve(self.chol, self.G, check_finite=False)), 0.0))
+                if lam * self.R / math.sqrt(self.lam_min) >= 0.5:
+                    self._sweep(t)
         return out
 
     def _segment(self, X2, y, w, za, sq, per, t_before, n, out, i0):
@@ -343,10 +371,14 @@ class LogisticBracket:
         loss, d1, d2 = logistic_terms(za, y)
         np.einsum("id,id->i", X2, X2, out=sq)
         sq[w <= 0] = 0.0
-        if len(sq):
-            self.R = max(self.R, math.sqrt(float(sq.max())))
-        if self.lev is not None:                 # the new rows' leverage bounds, against the last spectrum
-            self.lev_new = max(self.lev_new, self._lev_rows(X2, sq))
+        # per step: R_t = max ‖a‖ and the leverage bound over the rows of steps ≤ t (as with one step a chunk)
+        R2 = np.maximum.accumulate(np.maximum(sq.reshape(n, per).max(axis=1), self.R * self.R))
+        self.R = math.sqrt(float(R2[-1]))
+        lev = None
+        if self.lev is not None:
+            new = self._lev_rows(X2, sq, rows=True).reshape(n, per).max(axis=1)
+            lev = np.maximum.accumulate(np.maximum(new, self.lev_new))
+            self.lev_new = float(lev[-1])
         s = (w * loss).reshape(n, per).sum(axis=1)
         g = np.matmul((w * d1).reshape(n, 1, per), X2.reshape(n, per, self.d))[:, 0]
         S = self.S + np.cumsum(s)
@@ -357,13 +389,15 @@ class LogisticBracket:
         self.weight += float(w.sum())
         self.rec.n_rows += len(y)
         self.t_absorbed = t_before + n
-        est, lo, hi = self._bounds(S, G, np.arange(n) + (t_before + 1))
+        est, lo, hi = self._bounds(S, G, np.arange(n) + (t_before + 1), np.sqrt(R2), lev)
         out["estimate"][i0:i0 + n], out["lower"][i0:i0 + n], out["upper"][i0:i0 + n] = est, lo, hi
 
-    def _bounds(self, S, G, ts):
+    def _bounds(self, S, G, ts, R=None, lev=None):
         """The bracket at steps ``ts`` (n,) from S (n,), G (n, d), the epochs and the pending rows.
 
-        Returns (estimate, lower, upper), each (n,), nats."""
+        ``R`` (n,): max ‖a‖ over the rows of steps ≤ t (default: all rows so far); ``lev`` (n,) or None: the
+        leverage bound of the rows absorbed since the last move, up to each step. Returns (estimate,
+        lower, upper), each (n,), nats."""
         n = len(S)
         if self.chol is None:                   # H singular: only C ≥ running max ≥ 0 and C ≤ S
             lo = np.full(n, max(self.low, 0.0))
@@ -386,10 +420,11 @@ class LogisticBracket:
         else:
             q_up = q_mid = lam2 + extra
         nrm = np.sqrt(np.einsum("nd,nd->n", D, D))
-        kappa = self._kappa(ts[-1], lam2)
+        kappa = self._kappa(np.full(n, self.R) if R is None else R,
+                            np.full(n, self.lev_new) if lev is None and self.lev is not None else lev)
         a = _ALPHAS[None, :]
         with np.errstate(over="ignore", invalid="ignore"):
-            reach = np.minimum(self.R * nrm, kappa * np.sqrt(lam2))     # ≥ max_i |a_i·Δ|
+            reach = np.minimum((self.R if R is None else R) * nrm, kappa * np.sqrt(lam2))   # ≥ max_i |a_i·Δ|
             ub = S[:, None] - a * lam2[:, None] + a * a * psi_plus(a * reach[:, None]) * q_up[:, None]
         ub = np.where(np.isfinite(ub), ub, np.inf)
         hi = np.minimum(ub.min(axis=1), S)
@@ -432,34 +467,37 @@ class LogisticBracket:
                 self.lev = (U[:, :r], 1.0 / lam[:r] - 1.0 / lam[r], 1.0 / lam[r])
             else:
                 self.lev = None
-            self.lev_old, self.lev_new = None, 0.0
+            self.lev_old, self.lev_new, self.t_moved = None, 0.0, self.t_absorbed
         elif 4 * self.rec.n_rows >= 5 * self.rows_at_eig:
             self.lam_min = max(float(np.linalg.eigvalsh(H)[0]), 0.0)
             self.rows_at_eig = self.rec.n_rows
 
-    def _lev_rows(self, X2, sq) -> float:
-        """The largest leverage bound a·H⁻¹a over rows X2 (with squared norms sq), against the kept spectrum."""
-        if not len(sq):
-            return 0.0
+    def _lev_rows(self, X2, sq, rows: bool = False):
+        """Leverage bounds a·H⁻¹a of rows X2 (squared norms sq) against the kept spectrum: their maximum, or
+        (``rows``) one per row."""
         U, coef, rest = self.lev
         P = X2 @ U
-        return float(np.max((P * P) @ coef + sq * rest))
+        v = (P * P) @ coef + sq * rest
+        if rows:
+            return v
+        return float(np.max(v)) if len(v) else 0.0
 
-    def _kappa(self, t: int, lam2) -> float:
-        """κ̄ ≥ max_i ‖a_i‖_{H_lo⁻¹} over the rows of steps ≤ t: R/√λ_min, or the leverage bounds.
-
-        The leverage bounds (one sweep over the rows after a move, O(N d r), r = ``LEVERAGE_RANK``) are
-        computed only when R/√λ_min is too large for a certificate at the decrements ``lam2``."""
-        kappa = self.R / math.sqrt(self.lam_min) if self.lam_min > 0 else math.inf
-        if self.lev is None or not np.any(np.sqrt(np.max(lam2)) * kappa >= 1.0):
+    def _kappa(self, R, lev):
+        """κ̄_t ≥ max_i ‖a_i‖_{H_lo⁻¹} over the rows of steps ≤ t, per step (n,): R_t/√λ_min(H_lo), or the
+        leverage bounds where the rows absorbed before the last move have been swept (:meth:`_sweep`)."""
+        kappa = R / math.sqrt(self.lam_min) if self.lam_min > 0 else np.full(len(R), np.inf)
+        if self.lev is None or lev is None or self.lev_old is None:
             return kappa
-        if self.lev_old is None:
-            m = 0.0
-            for blk, stop in self.rec.rows(min(t, self.t_absorbed)):
-                m = max(m, self._lev_rows(blk[3][:stop], blk[7][:stop]))
-            self.lev_old = m
-            self.passes += 1
-        return min(kappa, math.sqrt(max(self.lev_old, self.lev_new)))
+        return np.minimum(kappa, np.sqrt(np.maximum(lev, self.lev_old)))
+
+    def _sweep(self, t: int):
+        """The leverage bound of the rows absorbed before the last move (one pass, O(N d r)), against the
+        spectrum kept at that move; made at a fold step t when R/√λ_min is too large for a certificate."""
+        m = 0.0
+        for blk, stop in self.rec.rows(self.t_moved):
+            m = max(m, self._lev_rows(blk[3][:stop], blk[7][:stop]))
+        self.lev_old = m
+        self.passes += 1
 
     def _fold(self):
         """Fold the pending rows into the current epoch (one matrix product) and re-factorise."""
@@ -522,7 +560,14 @@ class LogisticBracket:
         return (S, G, H, zs) if what == "hess" else (S, G, dev)
 
     def _recentre(self, x, res, what, t):
-        """Make x the centre, with the pass ``res`` at x (``what`` = "grad" or "hess") over the steps ≤ t."""
+        """Make x the centre, with the pass ``res`` at x (``what`` = "grad" or "hess") over the steps ≤ t.
+
+        A "grad" move whose epochs' ε would exceed 30 (e^{−ε} ≈ 1e-13: the epochs' Hessians say nothing
+        any more) is completed by a Hessian pass at x instead."""
+        if what == "grad":
+            ranges = [(e[2], e[3]) for e in self.epochs] + ([(self.cur_first, t)] if self.cur_first <= t else [])
+            if max((float(res[2][a - 1:b].max()) for a, b in ranges), default=0.0) > 30.0:
+                res, what = self._pass(x, t, "hess"), "hess"
         if what == "hess":
             S, G, H, zs = res
             for (blk, stop), z in zip(self.rec.rows(t), zs):
