@@ -74,7 +74,8 @@ import numpy as np
 
 from .bracket import LogisticBracket, solve_clients
 from .fastquad import kappa_unique, softplus_mean
-from .comparators import (CLIENT_NEWTON_MAX_DIM, LeastSquaresHindsight, ReservoirHindsight, is_refit_step,
+from ..models.losses import get_loss
+from .comparators import (CLIENT_NEWTON_MAX_DIM, LeastSquaresHindsight, is_refit_step,
                           quadratic_min, quadratic_min_cholesky, quadratic_min_rows, refit_points, solve_hindsight,
                           solve_hindsight_clients)
 from .heterogeneity import RunningMean, client_losses, empirical_estimates, population_estimates
@@ -363,7 +364,9 @@ class RegretTracker:
                                            memory_mb=recording_memory_mb,
                                            spool_dir=None if spool_dir is None else os.path.join(spool_dir, "recording"))
         elif self.task != "least_squares":
-            self.reservoir = ReservoirHindsight(self.task, (self.d, self.K), reservoir_size, radius, seed)
+            self.reservoir = True            # the solver path (see _solver_update); the reservoir estimate is gone
+            self.solver_x, self.solver_value, self.solver_low = np.zeros(self.d * self.K), 0.0, 0.0
+            self.solver_exact = {}
         self.spool = None
         if self.reservoir is not None:
             self.spool_dir = spool_dir or tempfile.mkdtemp(prefix="streamfl-spool-")
@@ -492,16 +495,8 @@ class RegretTracker:
             br = self.bracket.update(chunk.X, chunk.y, c, t0=chunk.t0, cum=cum[self.main])
             comp, lo, hi, exact = br["estimate"], br["lower"], br["upper"], br["exact"]
         else:
-            comp = np.empty(n)
-            start = 0
-            for stop in refit_points(chunk.t0, n, self.refit_every):
-                marks = chunk.t0 + stop
-                refit = is_refit_step(marks, self.refit_every) or marks == self.T
-                part = chunk.slice(start, stop)
-                comp[start:stop] = self.reservoir.update(part.X, part.y, c[start:stop],
-                                                         losses[self.main][start:stop], refit)
-                start = stop
             self._spool(chunk, c, ts)
+            comp, lo, hi, exact = self._solver_update(chunk, c, ts)
         cols["comparator_static"] = exact
         cols["comparator_static_live"] = comp
         cols["regret_static"] = cum[self.main] - exact
@@ -742,6 +737,39 @@ class RegretTracker:
         part = cols["cum_loss"] - cols["cum_loss_virtual"]
         return out, client_dynamic, part
 
+    def _solver_update(self, chunk, c, ts):
+        """Softmax, and logistic with a radius: the comparator exact (a solver over the spool) at the refit
+        steps (16, 32, … below ``refit_every``, its multiples), the checkpoints and T; in between the warm
+        value, the last exact minimiser's cumulative loss (above the comparator), with the last exact
+        value below it (C_t never decreases: the losses are ≥ 0). Returns (estimate, lower, upper, exact),
+        each (n,), nats."""
+        n, M, b, d = chunk.X.shape
+        loss_fn = get_loss(self.task)
+        est, exact = np.empty(n), np.full(n, np.nan)
+        lower = np.empty(n)
+        start = 0
+        marks = [i + 1 for i in range(n) if is_refit_step(int(ts[i]), self.refit_every) or int(ts[i]) in self.checkpoints
+                 or int(ts[i]) == self.T]
+        for stop in marks + ([n] if not marks or marks[-1] != n else []):
+            sl = slice(start, stop)
+            k = stop - start
+            W = self.solver_x.reshape(1, d, self.K)
+            rows = loss_fn(W, chunk.X[sl].reshape(1, k * M * b, d), chunk.y[sl].reshape(1, k * M * b),
+                           with_grad=False)[0].reshape(k, M, b).mean(axis=2)
+            est[sl] = self.solver_value + np.cumsum(np.einsum("nm,nm->n", c[sl], rows))
+            lower[sl] = self.solver_low
+            self.solver_value = float(est[stop - 1])
+            if stop in marks:
+                t = int(ts[stop - 1])
+                for f in self.spool.values():
+                    f.flush()
+                x, value = solve_hindsight(self.task, self._blocks(t), (self.d, self.K), self.radius, x0=self.solver_x)
+                self.solver_x, self.solver_value, self.solver_low = x, float(value), float(value)
+                est[stop - 1] = lower[stop - 1] = exact[stop - 1] = value
+                self.solver_exact[t] = float(value)
+            start = stop
+        return est, lower, est.copy(), exact
+
     def _spool(self, chunk, c, ts):
         # the arrays' own buffers are written (C-contiguous float64/int64): no bytes copy of a chunk
         n, M, b, d = chunk.X.shape
@@ -791,9 +819,10 @@ class RegretTracker:
                     "exact at the checkpoints and T")
         k = self.refit_every
         powers = ", ".join(str(1 << i) for i in range(4, 63) if (1 << i) < k)
-        return (f"estimate on a reservoir of samples refitted (L-BFGS, warm-started) at steps "
-                f"{powers + ', ' if powers else ''}every {k} steps (tracker.refit_every) and T; between refits "
-                f"the last fit's estimate (no certified bound); exact at the end of the run")
+        return (f"exact (L-BFGS over the recorded stream, warm-started) at steps {powers + ', ' if powers else ''}"
+                f"every {k} steps (tracker.refit_every), the checkpoints and T; in between the last exact "
+                f"minimiser's cumulative loss, an upper bound on the comparator (so a live regret below the exact "
+                f"one), with the last exact value as the lower bound")
 
     def smoothness(self) -> float:
         """L: the population's, or estimated from the running second moment of
@@ -1008,9 +1037,13 @@ class RegretTracker:
                 for f in self.spool.values():
                     f.close()
                 self.checkpoint_loss[st.t] = st.cum_loss[self.main]
+                if st.t not in self.solver_exact and st.t > 0:
+                    self.solver_x, self.solver_exact[st.t] = solve_hindsight(
+                        self.task, self._blocks(st.t), (self.d, self.K), self.radius, x0=self.solver_x)
                 for tt, cl in sorted(self.checkpoint_loss.items()):
-                    x, value = solve_hindsight(self.task, self._blocks(tt), (self.d, self.K), self.radius, x0=x)
-                    out["static_checkpoints"].append((int(tt), float(cl - value)))
+                    out["static_checkpoints"].append((int(tt), float(cl - self.solver_exact[tt])))
+                value = self.solver_exact.get(st.t, 0.0)
+                x = self.solver_x
                 step_blocks = self._step_blocks()
                 client_blocks = lambda m: self._blocks(client=m)      # noqa: E731
             out["comparator_static"] = value

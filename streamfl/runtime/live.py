@@ -138,7 +138,7 @@ class LiveView:
         bracket = getattr(tracker, "bracket", None) is not None
         static_label = "best fixed model (hindsight)" + (
             ", live estimate§" if bracket else
-            (f", live estimate refitted every {refit} steps" if refit else ", live estimate")
+            (f", exact every {refit} steps, warm between" if refit else ", live estimate")
             if not tracker.hindsight else "" if k == 1 else f", exact every {k} steps‡")
         labels = {"static": static_label,
                   "expected": "expected, FedSEA eq. (3)", "dynamic": "per-step optimum (dynamic)"}
