@@ -727,20 +727,23 @@ class LogisticBracket:
         return float(value)
 
 
-def solve_clients(blocks, n_clients: int, dim: int, x0: np.ndarray | None = None, precond: np.ndarray | None = None,
-                  gtol: float = 1e-10, memory: int = 8, max_passes: int = 200):
+def solve_clients(blocks, n_clients: int, dim: int, x0: np.ndarray | None = None, precond=None,
+                  gtol: float = 1e-10, memory: int = 8, max_passes: int = 200, group_mb: float = 128.0):
     """Each client's exact logistic hindsight comparator, all clients at once (batched L-BFGS), for any d.
 
-    min_θ Σ_i w_i ℓ(a_i·θ, y_i) over each client's own recorded samples. Every
-    iteration is one pass over the recorded stream for the clients still
-    active (the compiled value-and-gradient kernel), an L-BFGS direction per
-    client (memory ``memory``) whose initial inverse Hessian is ``precond``⁻¹
-    scaled by the client's share of the weight, and Armijo's rule per client
-    (a client whose step fails halves it at the next pass). Near the minimum,
-    where the predicted decrease falls below the rounding of f, a step that
-    lowers the largest gradient component is taken instead. A client
-    converges when max |gradient| ≤ ``gtol``, as :func:`solve_hindsight`'s
-    L-BFGS-B. No Hessian is formed, so a pass costs O(N d) whatever d.
+    min_θ Σ_i w_i ℓ(a_i·θ, y_i) over each client's own recorded samples. The
+    clients are solved in groups whose samples (gathered client by client,
+    one sweep over ``blocks`` per group) fit in ``group_mb``. Every iteration
+    is one pass over the group's samples (two batched matrix-vector products
+    per client), an L-BFGS direction per client (memory ``memory``) whose
+    initial inverse Hessian is the client's own Hessian at ``x0``
+    (``precond="clients"``: one batched matrix product, O(N d²)) or ``precond``
+    ⁻¹ scaled by the client's share of the weight, and Armijo's rule per
+    client (a client whose step fails halves it at the next pass). Near the
+    minimum, where the predicted decrease falls below the rounding of f, a
+    step that lowers the largest gradient component is taken instead. A
+    client converges when max |gradient| ≤ ``gtol``, as :func:`solve_hindsight`'s
+    L-BFGS-B.
 
     Parameters
     ----------
@@ -753,7 +756,7 @@ def solve_clients(blocks, n_clients: int, dim: int, x0: np.ndarray | None = None
     precond : ndarray (d, d), "clients" or None
         An approximate Hessian per unit of weight of every client's objective (e.g. the network comparator's
         Hessian divided by the network's total weight); ``"clients"``: each client's own Hessian at ``x0``
-        (one pass of batched matrix products, O(N d²), M d² floats); default the identity.
+        (M d² floats); default the identity.
 
     Returns
     -------
@@ -763,23 +766,51 @@ def solve_clients(blocks, n_clients: int, dim: int, x0: np.ndarray | None = None
         False where the gradient did not reach ``gtol`` (separable samples: no finite minimiser; or no
         samples at all).
     """
-    from .comparators import _logistic_pass
     M, d = n_clients, dim
     theta = np.zeros((M, d)) if x0 is None else np.array(np.broadcast_to(x0, (M, d)), dtype=np.float64)
-    weight = np.zeros(M)
-    for _, _, w in blocks():
-        weight += w.sum(axis=(0, 2))
-    if isinstance(precond, str) and precond == "clients":
-        # each client's own Hessian at the start (one pass of batched matrix products, O(N d²))
-        H = np.zeros((M, d, d))
+    steps = 0
+    b = 1
+    for X, _, _ in blocks():
+        steps += X.shape[0]
+        b = X.shape[2]
+    R = steps * b                                               # samples per client
+    G = max(1, min(M, int(group_mb * 2**20 // max(1, R * (d + 2) * 8))))
+    value, done = np.zeros(M), np.zeros(M, bool)
+    for g0 in range(0, M, G):
+        g1 = min(M, g0 + G)
+        Xg = np.empty((g1 - g0, R, d))
+        yg = np.empty((g1 - g0, R))
+        wg = np.empty((g1 - g0, R))
+        i = 0
         for X, y, w in blocks():
-            n, _, b, _ = X.shape
-            z = np.einsum("nmbd,md->nmb", X, theta)
-            h = logistic_terms(z, y)[2] * w
-            Xm = np.ascontiguousarray(X.transpose(1, 0, 2, 3)).reshape(M, n * b, d)
-            H += np.matmul(Xm.transpose(0, 2, 1), Xm * h.transpose(1, 0, 2).reshape(M, n * b, 1))
+            n = X.shape[0]
+            Xg[:, i:i + n * b] = X[:, g0:g1].transpose(1, 0, 2, 3).reshape(g1 - g0, n * b, d)
+            yg[:, i:i + n * b] = y[:, g0:g1].transpose(1, 0, 2).reshape(g1 - g0, n * b)
+            wg[:, i:i + n * b] = w[:, g0:g1].transpose(1, 0, 2).reshape(g1 - g0, n * b)
+            i += n * b
+        theta[g0:g1], value[g0:g1], done[g0:g1] = _solve_group(Xg, yg, wg, theta[g0:g1], precond, gtol, memory,
+                                                              max_passes)
+    return theta, value, done
+
+
+def _solve_group(X, y, w, theta, precond, gtol, memory, max_passes):
+    """:func:`solve_clients` for one group: X (G, R, d), y and w (G, R) client-major; theta (G, d) the start."""
+    M, R, d = X.shape
+    weight = w.sum(axis=1)
+
+    def pass_(th, idx):
+        Xs = X if idx is None else X[idx]
+        ys, ws = (y, w) if idx is None else (y[idx], w[idx])
+        z = np.matmul(Xs, th[:, :, None])[:, :, 0]
+        loss, d1, _ = logistic_terms(z, ys)
+        return np.einsum("gr,gr->g", ws, loss), np.matmul((ws * d1)[:, None, :], Xs)[:, 0]
+
+    if isinstance(precond, str) and precond == "clients":
+        z = np.matmul(X, theta[:, :, None])[:, :, 0]
+        h = logistic_terms(z, y)[2] * w
+        H = np.matmul(X.transpose(0, 2, 1), X * h[:, :, None])
         ridge = 1e-10 * np.maximum(np.trace(H, axis1=1, axis2=2) / d, 1e-300)
-        Pinv = np.linalg.inv(H + ridge[:, None, None] * np.eye(d))                   # (M, d, d)
+        Pinv = np.linalg.inv(H + ridge[:, None, None] * np.eye(d))                   # (G, d, d)
         scale = np.ones(M)
     else:
         Pinv = np.eye(d) if precond is None else np.linalg.pinv(precond, hermitian=True)
@@ -790,15 +821,7 @@ def solve_clients(blocks, n_clients: int, dim: int, x0: np.ndarray | None = None
             return np.einsum("nde,ne->nd", Pinv[idx], v)
         return (v @ Pinv) * scale[idx, None]
 
-    def pass_(th, idx):
-        def sub():
-            for X, y, w in blocks():
-                yield X[:, idx], y[:, idx], w[:, idx]
-        f, g, _ = _logistic_pass(th, sub, hessian=False)
-        return f, g
-
-    everyone = np.arange(M)
-    f, g = pass_(theta, everyone)
+    f, g = pass_(theta, None)
     passes = 1
     S = np.zeros((M, memory, d))
     Y = np.zeros((M, memory, d))
@@ -835,7 +858,7 @@ def solve_clients(blocks, n_clients: int, dim: int, x0: np.ndarray | None = None
             D[bad] = -h0(g[idx[bad]], idx[bad])
             slope[bad] = np.einsum("nd,nd->n", g[idx[bad]], D[bad])
         trial = theta[idx] + alpha[idx, None] * D
-        ft, gt = pass_(trial, idx)
+        ft, gt = pass_(trial, None if len(idx) == M else idx)
         passes += 1
         a = alpha[idx]
         fi, gi = f[idx], g[idx]
