@@ -139,7 +139,7 @@ def test_a_negative_temporal_estimate_and_an_unknown_transient_do_not_say_helps(
     r = RegimeTerms(4, 10, StepSize("constant", eta=0.1), estimated=True)
     ts = np.arange(1, 101)
     r.update(ts, sigma2=np.full(100, 4.0), K2=np.full(100, -1e-3), curvature=np.ones(100),
-             sigma2_clients=np.full(100, 4.0), zeta2=np.zeros(100), L=1.0)
+             sigma2_clients=np.full(100, 4.0), zeta2=np.zeros(100))
     s = r.summary(100)
     assert s["temporal_term"] < 0 and s["parallelisation_helps"] is None
     assert s["reason"].startswith("the noise side exceeds the temporal side, but the transient P is unknown")
