@@ -240,7 +240,9 @@ def _print_seeds(summary: dict):
     console.print(f"\n[bold green]done[/]: {len(summary['seeds'])} seeds {summary['seeds']} → {summary['run_dir']}",
                   soft_wrap=True)
     console.print(f"[dim]{summary['interval']}[/dim]")
-    keys = ["regret_static", "regret_expected", "regret_dynamic", "regret_expected_virtual", "consensus_part",
+    keys = ["regret_static", "regret_expected", "regret_dynamic",
+            # FedSEA Lemma 1, one pair per regret: each adds up to the regret of its basis
+            "regret_static_virtual", "consensus_part_static", "regret_expected_virtual", "consensus_part_expected",
             "heterogeneity.regime.noise_term", "heterogeneity.regime.temporal_term",
             "prequential_hr10", "avg_loss_per_interaction", "comparator.prequential_hr10"]   # the last 3: gmf runs
     sparse = summary.get("model") == "sparse_logistic"

@@ -43,7 +43,8 @@ def test_the_regime_answer_does_not_depend_on_the_unit_of_a_feature(tmp_path):
     for s in (1.0, 3.0):
         out[s] = run_experiment(parse_config(_rescaled(s)), tmp_path / f"s{s:g}", plots=False)
     a, b = out[1.0], out[3.0]
-    for key in ("regret_static", "regret_expected", "regret_dynamic", "regret_expected_virtual", "consensus_part"):
+    for key in ("regret_static", "regret_expected", "regret_dynamic", "regret_expected_virtual",
+                "consensus_part_expected", "consensus_part_static"):
         assert b[key] == pytest.approx(a[key], rel=1e-9)
     assert b["cum_loss"]["fedsea"] == pytest.approx(a["cum_loss"]["fedsea"], rel=1e-12)
     ra, rb = a["heterogeneity"]["regime"], b["heterogeneity"]["regime"]

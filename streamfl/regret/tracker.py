@@ -15,10 +15,14 @@ learner's cumulative loss and its regret against the comparators:
 * **dynamic regret** against u_t = argmin F_t: Σ_t [F_t(x̄_t) − F_t(u_t)]
   (at the virtual average x̄_t, the sequence FedSEA's analysis follows);
 * **decomposition** (FedSEA Lemma 1): the regret of the played models equals
-  the regret of the virtual average x̄_t = (1/M) Σ_m x_{t,m} (columns
-  ``regret_static_virtual``, ``regret_expected_virtual``) plus the consensus
-  part Σ_t Σ_m c_{t,m} [F_{t,m}(x_{t,m}) − F_{t,m}(x̄_t)] (``consensus_part``;
-  realised losses f instead of F on real data). The bound weighs the
+  the regret of the virtual average x̄_t = (1/M) Σ_m x_{t,m} plus the consensus
+  part, in each regret's own basis: the static regret (realised losses f) =
+  ``regret_static_virtual`` + ``consensus_part_static``, the latter
+  Σ_t Σ_m c_{t,m} [f(x_{t,m}, ξ_{t,m}) − f(x̄_t, ξ_{t,m})]; the expected regret
+  (population F, synthetic streams) = ``regret_expected_virtual`` +
+  ``consensus_part_expected``, the latter Σ_t Σ_m c_{t,m} [F_{t,m}(x_{t,m}) −
+  F_{t,m}(x̄_t)]. Each part is the difference of the two cumulative losses,
+  so each pair adds up to its regret to rounding. The bound weighs the
   consensus error C_t = Σ_m c_{t,m} ‖x_{t,m} − x̄_t‖² (``consensus``) by L/2
   (smoothness): the summary's ``consensus_bound`` = (L/2) Σ_t C_t;
 * **per client** (each client alone against its own comparators, weight 1
@@ -373,7 +377,6 @@ class RegretTracker:
             self.exp_sums = self.population.running_sums(per_client=False)
             self.client_exp_sums = self.population.running_sums(per_client=True)
         self.dynamic = 0.0
-        self.consensus_part = 0.0
         self.cum_consensus = 0.0
         self.cum_virtual = 0.0
         self.prev_optima = None
@@ -430,9 +433,15 @@ class RegretTracker:
           ``cum_loss_<baseline>``, ``gap_<baseline>``;
         * ``comparator_static``, ``regret_static``, ``regret_expected``,
           ``regret_dynamic`` (NaN where not available);
-        * decomposition: ``cum_loss_virtual`` (Σ c f(x̄_t, ξ)),
-          ``regret_static_virtual``, ``regret_expected_virtual``,
-          ``consensus_part``, ``consensus`` (C_t, squared model units) and
+        * decomposition (FedSEA Lemma 1, each pair adding up to its regret):
+          ``cum_loss_virtual`` (Σ c f(x̄_t, ξ)), ``regret_static_virtual`` (x̄_t's
+          regret against the live comparator) and ``consensus_part_static``
+          (realised losses f: they add up to ``regret_static_live``, which is
+          ``regret_static`` where that is exact), ``regret_expected_virtual`` and
+          ``consensus_part_expected`` (population F: they add up to
+          ``regret_expected``; NaN without a population; the expected pair
+          of a logistic run is NaN but its consensus part, which is known per
+          step), ``consensus`` (C_t, squared model units) and
           ``cum_consensus``;
         * heterogeneity: ``sigma2``, ``sigma2_comparator``, ``zeta2``, ``K2``
           (squared gradient units), ``curvature`` (ℓ_t), and the regime
@@ -508,8 +517,10 @@ class RegretTracker:
         cum_virtual = running_sum(self.cum_virtual, virtual_loss)
         self.cum_virtual = float(cum_virtual[-1])
         cols["cum_loss_virtual"] = cum_virtual
-        cols["regret_static_virtual"] = cum_virtual - comp          # of the live estimate
+        cols["regret_static_virtual"] = cum_virtual - comp          # against the live estimate's comparator
+        cols["consensus_part_static"] = cum[self.main] - cum_virtual    # realised f: adds up to regret_static_live
         cols["regret_expected_virtual"] = np.full(n, np.nan)
+        cols["consensus_part_expected"] = np.full(n, np.nan)
         cols["consensus"] = consensus
         cols["cum_consensus"] = running_sum(self.cum_consensus, consensus)
         self.cum_consensus = float(cols["cum_consensus"][-1])
@@ -519,7 +530,7 @@ class RegretTracker:
         K1 = models.shape[-1] == 1
         client_expected = client_dynamic = None
         if self.known and chunk.optimum is not None and K1:
-            pop_cols, u, client_expected, client_dynamic, part = self._population_terms(
+            pop_cols, u, client_expected, client_dynamic = self._population_terms(
                 chunk, c, models[..., 0], average[..., 0])
             cols.update(pop_cols)
             if self.prev_optima is None:
@@ -536,7 +547,7 @@ class RegretTracker:
                 np.broadcast_to(u[:, None, :], chunk.optimum.shape), scale=sc))
             flag_noise = het["sigma2_comparator"]
         elif self.dirac:
-            dcols, client_dynamic, part = self._dirac_terms(chunk, c, losses[self.main], virtual_loss, cols,
+            dcols, client_dynamic = self._dirac_terms(chunk, c, losses[self.main], virtual_loss, cols,
                                                             client_regret, client_cum)
             cols.update(dcols)
             client_expected = client_regret
@@ -546,12 +557,9 @@ class RegretTracker:
         else:
             cols["regret_expected"] = np.full(n, np.nan)
             cols["regret_dynamic"] = np.full(n, np.nan)
-            part = cum[self.main] - cum_virtual
             het = {"sigma2": est["sigma2"], "sigma2_comparator": np.full(n, np.nan), "zeta2": est["zeta2"],
                    "K2": est["K2"], "curvature": est["curvature"]}
             flag_noise = het["sigma2"]
-        cols["consensus_part"] = part
-        self.consensus_part = float(part[-1])
         # real data: the curvature enters the regime terms through its running mean up to each step (the
         # per-step estimates are noisy; the mean at the chunk's end would make the terms depend on chunk_size)
         ell = het["curvature"] if (self.known or self.dirac) else self.stats["curvature"].prefix_means(het["curvature"])
@@ -604,7 +612,10 @@ class RegretTracker:
         """Expected and dynamic regret (network, virtual and per client) from F.
 
         Returns (columns, u (n, d), client expected (n, M) or None, client
-        dynamic (n, M), consensus part (n,)).
+        dynamic (n, M)); the columns hold ``regret_expected``, ``regret_dynamic``
+        and the population-F pair ``regret_expected_virtual``,
+        ``consensus_part_expected`` (the part known per step even where the
+        expected regret is computed at the end).
         """
         pop, opt = self.population, chunk.optimum
         sc, nz = chunk.scale, chunk.noise
@@ -631,7 +642,9 @@ class RegretTracker:
         ts = chunk.t0 + 1 + np.arange(len(c))
         for i in np.flatnonzero(np.isin(ts, list(self.checkpoints))):
             self.checkpoint_exp[int(ts[i])] = (float(exp_learner[i]), float(exp_virtual[i]))
-        part = running_sum(self.consensus_part, np.einsum("nm,nm->n", c, F_played - F_avg))
+        # Σ c [F(x_m) − F(x̄)], as the difference of the two cumulative losses: with the virtual regret below it
+        # adds up to the expected regret (exp_learner − comp = (exp_virtual − comp) + this) to rounding
+        out["consensus_part_expected"] = exp_learner - exp_virtual
         client_exp = running_sum(self.client_exp, F_played)
         self.client_exp = client_exp[-1].copy()
         client_expected = None
@@ -682,7 +695,7 @@ class RegretTracker:
         own = F(_project_rows(opt, self.radius))
         client_dynamic = running_sum(self.client_dyn, F_played - own)
         self.client_dyn = client_dynamic[-1].copy()
-        return out, u, client_expected, client_dynamic, part
+        return out, u, client_expected, client_dynamic
 
     def _ls_comparator(self, Sc, Sw, Sww, Sn, s0):
         """min_{‖x‖≤D} ½ s0² Σ k ‖x − w‖² + ½ Σ σ², from running sums (any leading shape)."""
@@ -694,8 +707,11 @@ class RegretTracker:
         """Dirac adversary: F_{t,m} = f(·, ξ_{t,m}); expected = realised static regret, dynamic from
         the per-step quadratic (pooled over clients), per client against each client's own step."""
         X, y, b = chunk.X, chunk.y, self.b
+        # the exact static regret where it is known (NaN between least-squares refreshes), its pair with it
+        exact = np.isfinite(cols["regret_static"])
         out = {"regret_expected": cols["regret_static"].copy(),
-               "regret_expected_virtual": cols["regret_static_virtual"].copy()}
+               "regret_expected_virtual": np.where(exact, cols["regret_static_virtual"], np.nan),
+               "consensus_part_expected": cols["consensus_part_static"].copy()}
         n, M, _, d = X.shape
         e = np.einsum("nmb,nmb->nm", y, y) / b
         # each step's minimum from its weighted rows (√(c/b) a, √(c/b) y): through the n × n Gram while the
@@ -719,8 +735,7 @@ class RegretTracker:
                                 e, self.radius)                                    # (n, M)
         client_dynamic = running_sum(self.client_dyn, played_loss - own)
         self.client_dyn = client_dynamic[-1].copy()
-        part = cols["cum_loss"] - cols["cum_loss_virtual"]
-        return out, client_dynamic, part
+        return out, client_dynamic
 
     def _solver_update(self, chunk, c, ts):
         """Softmax, and logistic with a radius: the comparator exact (a solver over the spool) at the refit
@@ -778,7 +793,8 @@ class RegretTracker:
                      "dynamic": float(last["regret_dynamic"]),
                      "static_virtual": float(last["regret_static_virtual"]),
                      "expected_virtual": float(last["regret_expected_virtual"]),
-                     "consensus_part": float(last["consensus_part"]),
+                     "consensus_part_static": float(last["consensus_part_static"]),
+                     "consensus_part_expected": float(last["consensus_part_expected"]),
                      "consensus_bound": 0.5 * self.smoothness() * self.cum_consensus}
         st.heterogeneity = self.heterogeneity_summary()
 
@@ -958,8 +974,9 @@ class RegretTracker:
         ``static_checkpoints`` (list of (t, exact regret at t) on a geometric
         grid, for plots), ``regret_expected`` and ``regret_dynamic`` (where the
         population is known; ``regret_*_method`` says how each regret is
-        known), the decomposition (``regret_static_virtual``,
-        ``regret_expected_virtual``, ``consensus_part``, ``consensus_bound``,
+        known), the decomposition (``regret_static_virtual`` and
+        ``consensus_part_static``, ``regret_expected_virtual`` and
+        ``consensus_part_expected``, ``consensus_bound``,
         ``cum_consensus``; for logistic ``expected_checkpoints``: (t, expected
         regret, virtual expected regret) on the checkpoint grid), ``client_regret`` ({comparator: list of M
         values}) with ``client_regret_spread`` ({comparator: min, median,
@@ -1094,14 +1111,28 @@ class RegretTracker:
                         os.rmdir(spool_root)
                     except OSError:
                         pass
-        out["consensus_part"] = st.regret.get("consensus_part")
+
+        def known(v):
+            return v is not None and math.isfinite(v)
+
+        # FedSEA Lemma 1 in each regret's basis; each part is the difference of the two cumulative losses
+        # (the last step's columns), so virtual + part = regret to rounding
+        out["consensus_part_static"] = st.regret.get("consensus_part_static")
+        part = st.regret.get("consensus_part_expected")
+        out["consensus_part_expected"] = part if known(part) else None
         out["cum_consensus"] = self.cum_consensus
         out["consensus_bound"] = 0.5 * self.smoothness() * self.cum_consensus
+        expected = None
+        if known(out["regret_expected"]) and known(part):
+            expected = {"basis": "population F", "regret": out["regret_expected"],
+                        "regret_virtual": out["regret_expected_virtual"],
+                        "consensus_part": out["consensus_part_expected"]}
         out["decomposition"] = {
-            "basis": "population F" if (self.known or self.dirac) else "realised losses f",
-            "regret": out["regret_expected"] if (self.known or self.dirac) else out["regret_static"],
-            "regret_virtual": out["regret_expected_virtual"] if (self.known or self.dirac) else out["regret_static_virtual"],
-            "consensus_part": out["consensus_part"],
+            "source": "FedSEA Lemma 1: regret = regret of the virtual average x̄_t + consensus part",
+            "static": {"basis": "realised losses f", "regret": out["regret_static"],
+                       "regret_virtual": out["regret_static_virtual"],
+                       "consensus_part": out["consensus_part_static"]},
+            "expected": expected,
             "consensus_bound": out["consensus_bound"],
         }
         out["client_regret"] = {k: (None if v is None else [float(x) for x in v]) for k, v in clients.items()}
