@@ -430,6 +430,7 @@ class InjectedDrift(Stream):
         self.task = stream.task
         self.n_classes = stream.n_classes
         self.adaptive = stream.adaptive
+        self.in_memory = stream.in_memory
         self.has_intercept = getattr(stream, "has_intercept", False)
         self.population = None
         self.task_rule_ = stream.task_rule_

@@ -33,7 +33,10 @@ learner's cumulative loss and its regret against the comparators:
   baseline's, on the same stream;
 * FedSEA's heterogeneity quantities σ_t², ζ_t², K_t², their running means
   with standard errors and maxima (:mod:`streamfl.regret.heterogeneity`),
-  and the regime condition (:mod:`streamfl.regret.regime`).
+  and the regime condition (:mod:`streamfl.regret.regime`);
+* whether the network loss is diverging without reaching inf or NaN
+  (:class:`~streamfl.regret.stability.LossGrowth`; the live state's
+  ``warning`` and the summary's ``divergence``).
 
 Memory is constant in T: per-step rows go to ``sink`` chunk by chunk.
 
@@ -84,6 +87,7 @@ from .comparators import (CLIENT_NEWTON_MAX_DIM, LeastSquaresHindsight, is_refit
                           solve_hindsight_clients)
 from .heterogeneity import RunningMean, client_losses, empirical_estimates, population_estimates, running_sum
 from .regime import RegimeTerms, literal_condition
+from .stability import LossGrowth
 
 
 NOISE_EVERY, NOISE_CLIENTS = 64, 8   # logistic σ²: every 64th step, on 8 rotating clients (quadrature cost)
@@ -145,6 +149,7 @@ class LiveState:
     consensus: float = 0.0
     bytes_up: int | None = None        # cumulative payload bytes clients → server (None: not counted)
     bytes_down: int | None = None      # cumulative payload bytes server → clients
+    warning: str | None = None         # the loss is diverging (or rose and fell): LossGrowth's note
 
 
 def close_chunk(tracker, cols: dict, cum_main: np.ndarray, ts: np.ndarray, comparator: float | None,
@@ -388,6 +393,7 @@ class RegretTracker:
         self.last_exact = None                 # (t, exact static regret) at the last step where it is known
         self.checkpoint_exp = {}
         self.block = max(1, math.ceil(T / 32))
+        self.growth = LossGrowth(T)          # divergence without inf or NaN, from the network loss
         self.stats = {k: RunningMean(self.block) for k in ("sigma2", "sigma2_comparator", "zeta2", "K2", "curvature")}
         self.step_size, self.tau = step_size, tau
         self.regime = RegimeTerms(self.M, tau, step_size, self.block, estimated=not (self.known or self.dirac))
@@ -462,6 +468,8 @@ class RegretTracker:
         ts = chunk.t0 + 1 + np.arange(n)
         cols = {"t": ts}
         cum = loss_columns(cols, c, losses, self.learners, self.main, self.cum)[1]
+        self.growth.update(ts, cols["loss"])
+        self.state.warning = self.growth.verdict()["note"]
         hits = np.flatnonzero(np.isin(ts, list(self.checkpoints)))
         for i in hits:
             self.checkpoint_loss[int(ts[i])] = float(cum[self.main][i])
@@ -981,8 +989,11 @@ class RegretTracker:
         regret, virtual expected regret) on the checkpoint grid), ``client_regret`` ({comparator: list of M
         values}) with ``client_regret_spread`` ({comparator: min, median,
         max}), the heterogeneity summary, ``client_steps`` (steps each client
-        was present, (M,)) and ``client_last_step`` (its last such step t, 0
-        if none). BLAS runs on one thread meanwhile (:func:`one_blas_thread`).
+        was present, (M,)), ``client_last_step`` (its last such step t, 0
+        if none) and ``divergence`` (:meth:`LossGrowth.verdict
+        <streamfl.regret.stability.LossGrowth.verdict>`: whether the network
+        loss grew without reaching inf or NaN; its note is also in
+        ``tracker_notes``). BLAS runs on one thread meanwhile (:func:`one_blas_thread`).
         """
         with one_blas_thread():
             return self._finalize()
@@ -1140,6 +1151,9 @@ class RegretTracker:
             k: (None if v is None else {"min": float(np.min(v)), "median": float(np.median(v)), "max": float(np.max(v))})
             for k, v in clients.items()}
         out["heterogeneity"] = self.heterogeneity_summary()
+        out["divergence"] = self.growth.verdict()
+        if out["divergence"]["note"]:
+            self.notes.append(out["divergence"]["note"])
         out["tracker_notes"] = list(self.notes)
         out["client_columns"] = dict(self.client_columns_info)
         out["client_cum_loss"] = self.client_cum.tolist()

@@ -202,7 +202,9 @@ class LiveView:
         regime.add_row(_fmt(reg.get("noise_term")), _fmt(reg.get("temporal_term")), _fmt(reg.get("transient_term")),
                        verdict)
         slow = [Text(self.bottleneck, style="yellow")] if self.bottleneck else []
-        return Group(t, *slow, r, het, regime, *(Text(n, style="dim") for n in dict.fromkeys(notes)))
+        # the tracker's divergence watch (streamfl.regret.stability.LossGrowth): a loss growing without inf or NaN
+        warn = [Text(f"warning: {st.warning}", style="bold red")] if getattr(st, "warning", None) else []
+        return Group(t, *warn, *slow, r, het, regime, *(Text(n, style="dim") for n in dict.fromkeys(notes)))
 
     def __call__(self, tracker, stream=None) -> None:
         self.dropped = int(getattr(stream, "n_dropped_", 0) or 0)
