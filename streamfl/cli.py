@@ -170,7 +170,8 @@ def _print_inputs(cfg, stream) -> None:
         _fail(_message(e))
     for line in header_lines(describe_inputs(cfg, stream)):
         console.print(line, highlight=False, soft_wrap=True,
-                      style="yellow" if line.startswith(("note:", "dropped column")) else None)
+                      style="bold red" if line.startswith("warning:") else
+                      "yellow" if line.startswith(("note:", "dropped column")) else None)
 
 
 def _check_out(out: Optional[Path]) -> None:
@@ -229,7 +230,9 @@ def _print_summary(summary: dict, finished: bool = True):
     said = set((summary.get("inputs") or {}).get("notes", []))     # the header's notes are not repeated
     for note in summary.get("tracker_notes", []):
         if note not in said:
-            console.print(f"note: {note}", style="yellow", highlight=False, soft_wrap=True)
+            diverging = note.startswith(("diverging:", "the network loss rose"))     # streamfl.regret.stability
+            console.print(f"{'warning' if diverging else 'note'}: {note}", style="bold red" if diverging else "yellow",
+                          highlight=False, soft_wrap=True)
     for p in summary.get("plots", []):
         console.print(f"plot: {p}", soft_wrap=True)
 
@@ -240,7 +243,9 @@ def _print_seeds(summary: dict):
     console.print(f"\n[bold green]done[/]: {len(summary['seeds'])} seeds {summary['seeds']} → {summary['run_dir']}",
                   soft_wrap=True)
     console.print(f"[dim]{summary['interval']}[/dim]")
-    keys = ["regret_static", "regret_expected", "regret_dynamic", "regret_expected_virtual", "consensus_part",
+    keys = ["regret_static", "regret_expected", "regret_dynamic",
+            # FedSEA Lemma 1, one pair per regret: each adds up to the regret of its basis
+            "regret_static_virtual", "consensus_part_static", "regret_expected_virtual", "consensus_part_expected",
             "heterogeneity.regime.noise_term", "heterogeneity.regime.temporal_term",
             "prequential_hr10", "avg_loss_per_interaction", "comparator.prequential_hr10"]   # the last 3: gmf runs
     sparse = summary.get("model") == "sparse_logistic"

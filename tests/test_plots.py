@@ -349,7 +349,7 @@ def test_decomposition_notes_coinciding_curves_and_the_live_static_estimate():
     from streamfl.report.plots import _decomposition_figure
     df, summary = synthetic_run(T=200, M=2, baselines=())
     df["regret_static_virtual"] = df["regret_static"] + 0.05           # hides the played models' curve
-    df["consensus_part"] = -0.05
+    df["consensus_part_static"] = -0.05
     df["cum_consensus"] = np.linspace(0.0, 100.0, len(df))              # far from the consensus part
     summary["heterogeneity"]["L"] = 1.0
     summary["config"]["source"] = {"kind": "file"}

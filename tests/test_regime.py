@@ -43,7 +43,8 @@ def test_the_regime_answer_does_not_depend_on_the_unit_of_a_feature(tmp_path):
     for s in (1.0, 3.0):
         out[s] = run_experiment(parse_config(_rescaled(s)), tmp_path / f"s{s:g}", plots=False)
     a, b = out[1.0], out[3.0]
-    for key in ("regret_static", "regret_expected", "regret_dynamic", "regret_expected_virtual", "consensus_part"):
+    for key in ("regret_static", "regret_expected", "regret_dynamic", "regret_expected_virtual",
+                "consensus_part_expected", "consensus_part_static"):
         assert b[key] == pytest.approx(a[key], rel=1e-9)
     assert b["cum_loss"]["fedsea"] == pytest.approx(a["cum_loss"]["fedsea"], rel=1e-12)
     ra, rb = a["heterogeneity"]["regime"], b["heterogeneity"]["regime"]
@@ -139,7 +140,7 @@ def test_a_negative_temporal_estimate_and_an_unknown_transient_do_not_say_helps(
     r = RegimeTerms(4, 10, StepSize("constant", eta=0.1), estimated=True)
     ts = np.arange(1, 101)
     r.update(ts, sigma2=np.full(100, 4.0), K2=np.full(100, -1e-3), curvature=np.ones(100),
-             sigma2_clients=np.full(100, 4.0), zeta2=np.zeros(100), L=1.0)
+             sigma2_clients=np.full(100, 4.0), zeta2=np.zeros(100))
     s = r.summary(100)
     assert s["temporal_term"] < 0 and s["parallelisation_helps"] is None
     assert s["reason"].startswith("the noise side exceeds the temporal side, but the transient P is unknown")

@@ -181,7 +181,7 @@ def _parallel_sweep(walk: float, noise: float, eta: float, T: int, d: int, b: in
         het = tracker.heterogeneity_summary()
         reg = het["regime"]
         out[M] = dict(dynamic=tracker.state.regret["dynamic"], expected=tracker.state.regret["expected"],
-                      part=tracker.state.regret["consensus_part"],
+                      part=tracker.state.regret["consensus_part_expected"],
                       ratio=reg["noise_term"] / (reg["temporal_term"] + reg["transient_term"]),
                       helps=het["parallelisation_helps"], literal=het["literal"]["holds"])
     return out

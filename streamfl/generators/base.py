@@ -118,6 +118,10 @@ class Stream(ABC):
     adaptive : bool
         True when the adversary reacts to the learner's models; the engine
         then asks for one step at a time and calls :meth:`observe`.
+    in_memory : bool
+        True when every step's samples are held in memory (tables, River
+        generators), so that reading the stream once more costs no
+        generation (the run header's step-size check reads it whole).
     task_rule_ : str or None
         How the stream inferred ``task`` from its data; ``None`` when the task
         was given.
@@ -138,6 +142,7 @@ class Stream(ABC):
     n_classes: int = 1
     population: object | None = None
     adaptive: bool = False
+    in_memory: bool = False
     task_rule_: str | None = None
     columns_: tuple = ()
     notes_: tuple = ()

@@ -190,7 +190,8 @@ class CovariateRotation(Injector):
     def _rotate(self, state: dict, theta: np.ndarray, Z: np.ndarray) -> None:
         """Rotate Z (..., d) in place; theta broadcasts against Z[..., 0]."""
         u, v = state["u"], state["v"]
-        a, c = (Z @ u)[..., None], (Z @ v)[..., None]
+        # a reduction per row, not BLAS (whose rounding varies with the number of rows, i.e. the chunk size)
+        a, c = (Z * u).sum(axis=-1)[..., None], (Z * v).sum(axis=-1)[..., None]
         cos, sin = np.cos(theta)[..., None], np.sin(theta)[..., None]
         Z += (cos - 1.0) * (a * u + c * v) + sin * (a * v - c * u)
 
@@ -429,6 +430,7 @@ class InjectedDrift(Stream):
         self.task = stream.task
         self.n_classes = stream.n_classes
         self.adaptive = stream.adaptive
+        self.in_memory = stream.in_memory
         self.has_intercept = getattr(stream, "has_intercept", False)
         self.population = None
         self.task_rule_ = stream.task_rule_

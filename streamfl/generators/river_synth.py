@@ -268,6 +268,8 @@ class RiverSynthStream(Stream):
     ((5, 2, 1, 4), (5, 2, 1))
     """
 
+    in_memory = True          # every step's samples are built when the stream is made
+
     def __init__(
         self,
         name: str,

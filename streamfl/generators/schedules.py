@@ -170,7 +170,9 @@ class Rotation(Schedule):
     def rotate(self, ts: np.ndarray, c: np.ndarray) -> np.ndarray:
         """Rotate centres ``c`` (n, d) by angle speed·t, shape (n, d)."""
         th = self.speed * ts
-        a, b = c @ self.u, c @ self.v
+        # row by row (a reduction per row), not a matrix-vector product: BLAS rounds a row differently
+        # with the number of rows, and the centres must not depend on how many steps a chunk holds
+        a, b = (c * self.u).sum(axis=-1), (c * self.v).sum(axis=-1)
         cos, sin = np.cos(th), np.sin(th)
         na, nb = cos * a - sin * b, sin * a + cos * b
         return c + np.outer(na - a, self.u) + np.outer(nb - b, self.v)
@@ -226,7 +228,8 @@ class RandomWalk(Schedule):
         # Steps arrive in order; move for every t > 0.
         moves = self.rng.standard_normal((len(ts), self.dim)) * (self.step / np.sqrt(self.dim))
         moves[ts == 0] = 0.0
-        path = self.position + np.cumsum(moves, axis=0)
+        # added to the last position one step at a time: the same path whatever the chunk size
+        path = np.cumsum(np.concatenate([self.position[None], moves]), axis=0)[1:]
         self.position = path[-1].copy()
         return path
 

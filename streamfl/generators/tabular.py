@@ -666,6 +666,8 @@ class TableStream(Stream):
     array([1., 1., 0.])
     """
 
+    in_memory = True          # every step's samples are built when the stream is made
+
     def __init__(
         self,
         table: pd.DataFrame,

@@ -46,16 +46,48 @@ import numpy as np
 from ..models.losses import get_loss
 
 
+def running_sum(start, values) -> np.ndarray:
+    """Running totals start + v_1, (start + v_1) + v_2, … along the first axis, added one step at a time.
+
+    ``start`` : float or ndarray of ``values[0]``'s shape (the total before
+    the chunk); ``values`` : ndarray (n, ...). Returns an ndarray of
+    ``values``' shape (float64).
+
+    ``start + np.cumsum(values)`` adds the chunk's values first and the
+    carried total last, so its rounding depends on where the chunks end;
+    here every step adds its value to the total of the step before, as a
+    run of one-step chunks does: the totals are bit-identical whatever the
+    chunk size (what ``chunk_size`` must not change, see the README).
+
+    >>> v = np.array([0.1, 0.2, 0.3])
+    >>> bool(np.array_equal(running_sum(running_sum(1.0, v[:1])[-1], v[1:]), running_sum(1.0, v)[1:]))
+    True
+    """
+    values = np.asarray(values, dtype=np.float64)
+    n = len(values)
+    out = np.empty((n + 1,) + values.shape[1:])
+    out[0] = start
+    out[1:] = values
+    if values.ndim <= 2:
+        np.cumsum(out, axis=0, out=out)           # add.accumulate: sequential along the steps
+    else:
+        # row by row: numpy's accumulate along the first axis of an (n, M, d) array strides by M·d floats
+        for i in range(1, n + 1):
+            np.add(out[i - 1], out[i], out=out[i])
+    return out[1:]
+
+
 class RunningMean:
     """Streaming mean, standard error and maximum of a per-step series.
 
     The standard error is the batch-means estimate: steps are grouped into
-    consecutive blocks of ``block`` steps (fixed in absolute step numbers,
-    so the result does not depend on chunking) and SE = sd(block means)/√k
-    over the k blocks (weighted by their counts). For an independent series
-    it agrees with sd/√n; for a serially correlated one (population values
-    along a trajectory) it does not pretend to be more precise than it is.
-    NaN values are skipped.
+    consecutive blocks of ``block`` steps (fixed in absolute step numbers)
+    and SE = sd(block means)/√k over the k blocks (weighted by their
+    counts). For an independent series it agrees with sd/√n; for a serially
+    correlated one (population values along a trajectory) it does not
+    pretend to be more precise than it is. NaN values are skipped. Totals
+    are added one step at a time (:func:`running_sum`), so the mean, SE and
+    maxima are bit-identical whatever the chunks the series arrives in.
 
     Parameters
     ----------
@@ -85,14 +117,35 @@ class RunningMean:
         if not ok.any():
             return
         v, t = values[ok], np.asarray(steps)[ok]
-        self.total += float(v.sum())
+        self.total = float(running_sum(self.total, v)[-1])
         self.count += int(ok.sum())
         self.max_step = max(self.max_step, float(v.max()))
         ids = (t - 1) // self.block
         for i in np.unique(ids):
             sel = ids == i
-            self._sums[int(i)] = self._sums.get(int(i), 0.0) + float(v[sel].sum())
+            self._sums[int(i)] = float(running_sum(self._sums.get(int(i), 0.0), v[sel])[-1])
             self._counts[int(i)] = self._counts.get(int(i), 0) + int(sel.sum())
+
+    def prefix_means(self, values: np.ndarray) -> np.ndarray:
+        """The running mean after each step of a chunk not absorbed yet: ndarray (n,), NaN before any finite value.
+
+        ``values`` (n,) are the chunk's per-step values (NaN skipped, as in
+        :meth:`update`); entry i is the mean over every step so far up to
+        and including step i of the chunk, bit-identical to :attr:`mean`
+        after absorbing the chunk one step at a time. Call it before
+        :meth:`update`.
+
+        >>> r = RunningMean()
+        >>> r.update(np.array([2.0]), np.array([1]))
+        >>> r.prefix_means(np.array([4.0, np.nan, 6.0])).tolist()
+        [3.0, 3.0, 4.0]
+        """
+        values = np.asarray(values, dtype=np.float64)
+        ok = np.isfinite(values)
+        tot = running_sum(self.total, np.where(ok, values, 0.0))     # + 0.0 leaves a total unchanged
+        cnt = self.count + np.cumsum(ok)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
 
     @property
     def mean(self) -> float:

@@ -63,7 +63,8 @@ fixed η a run configures it does not.)
 (``sigma2_comparator``: the noise at the played points also contains the
 learner's own error, which is an effect of the lag, not a cause), and at
 the played average x̄_t for real data. ℓ is exact for synthetic streams and
-estimated from the mean Hessian trace at x̄_t for real data.
+estimated from the mean Hessian trace at x̄_t for real data, where step t
+uses the running mean of these estimates up to t (each one is noisy).
 
 D is the initial distance ‖x̄_1 − u_1‖ on synthetic streams, the diameter
 2·radius of X on real data when ``learner.radius`` is set; without either
@@ -84,7 +85,7 @@ import math
 
 import numpy as np
 
-from .heterogeneity import RunningMean
+from .heterogeneity import RunningMean, running_sum
 
 
 class RegimeTerms:
@@ -112,7 +113,7 @@ class RegimeTerms:
     >>> r = RegimeTerms(4, 10, StepSize("constant", eta=0.1))
     >>> ts = np.arange(1, 101)
     >>> _ = r.update(ts, sigma2=np.full(100, 4.0), K2=np.full(100, 1e-4), curvature=np.ones(100),
-    ...          sigma2_clients=np.full(100, 4.0), zeta2=np.zeros(100), L=1.0)
+    ...          sigma2_clients=np.full(100, 4.0), zeta2=np.zeros(100))
     >>> s = r.summary(100, D=0.5)
     >>> round(s["noise_term"], 4), round(s["temporal_term"], 4), round(s["transient_term"], 4), s["parallelisation_helps"]
     (2.6316, 0.0263, 0.6579, True)
@@ -133,18 +134,22 @@ class RegimeTerms:
         self.eta_first = math.nan
         self.ell_first = math.nan
 
-    def update(self, ts, sigma2, K2, curvature, sigma2_clients, zeta2, L) -> None:
+    def update(self, ts, sigma2, K2, curvature, sigma2_clients, zeta2) -> None:
         """Absorb one chunk.
+
+        Every input is per step, so the sums do not depend on where the
+        chunks end; the smoothness L of the consensus term multiplies its
+        sum in :meth:`summary` (L of the data so far, not of a chunk).
 
         Parameters
         ----------
         ts : ndarray (n,) — 1-based steps.
         sigma2 : ndarray (n,) — the noise the condition uses (comparator or played average).
         K2 : ndarray (n,) — K_t² (NaN where unknown).
-        curvature : ndarray (n,) or float — ℓ_t (loss per squared model unit).
+        curvature : ndarray (n,) or float — ℓ_t (loss per squared model unit); for real data the
+            running mean of the estimates up to step t.
         sigma2_clients : ndarray (n,) — the clients' noise at their played points (consensus term).
         zeta2 : ndarray (n,) — ζ_t².
-        L : float — smoothness.
 
         Returns
         -------
@@ -157,8 +162,10 @@ class RegimeTerms:
         ell = np.broadcast_to(np.asarray(curvature, dtype=np.float64), eta.shape)
         if math.isnan(self.eta_first):
             self.eta_first = float(eta[0])
-        if math.isnan(self.ell_first) and np.isfinite(ell[0]):
-            self.ell_first = float(ell[0])
+        if math.isnan(self.ell_first):
+            first = np.flatnonzero(np.isfinite(ell))       # the first step with a curvature, in any chunk
+            if first.size:
+                self.ell_first = float(ell[first[0]])
         self.eta_last = float(eta[-1])
         with np.errstate(divide="ignore", invalid="ignore"):
             e = np.where(ell > 0, np.minimum(eta, 1.0 / ell), eta)
@@ -169,8 +176,9 @@ class RegimeTerms:
             self.temporal.update(vt, ts)
             if self.tau is not None:
                 k = self.tau - 1
-                cons = 0.5 * L * eta * eta * (0.5 * k * sigma2_clients * (1 - 1 / self.M)
-                                              + k * (2 * k + 1) / 6.0 * np.maximum(zeta2, 0.0))
+                # without L/2: summary() multiplies the sum by it
+                cons = eta * eta * (0.5 * k * sigma2_clients * (1 - 1 / self.M)
+                                    + k * (2 * k + 1) / 6.0 * np.maximum(zeta2, 0.0))
                 self.consensus.update(cons, ts)
         return nt, vt
 
@@ -183,7 +191,7 @@ class RegimeTerms:
         out = []
         for (tot0, cnt0), values in zip(before, terms):
             ok = np.isfinite(values)
-            tot = tot0 + np.cumsum(np.where(ok, values, 0.0))
+            tot = running_sum(tot0, np.where(ok, values, 0.0))     # as RunningMean adds them: step by step
             cnt = cnt0 + np.cumsum(ok)
             with np.errstate(invalid="ignore", divide="ignore"):
                 out.append(np.where(cnt > 0, tot / np.maximum(cnt, 1) * ts, np.nan))
@@ -197,15 +205,17 @@ class RegimeTerms:
         e = min(self.eta_first, 1.0 / ell) if ell > 0 else self.eta_first
         return D * D / (2 * e * (2 - e * ell))
 
-    def summary(self, t: int, D: float = math.nan, units: str = "loss units") -> dict:
+    def summary(self, t: int, D: float = math.nan, units: str = "loss units", L: float = math.nan) -> dict:
         """The two sides, the flag and the other terms after ``t`` steps.
 
-        Returns a dict: ``noise_term`` N, ``temporal_term`` V (cumulative,
-        loss units: mean per step × t), ``transient_term`` P, their standard
-        errors, ``ratio`` N/(V + P), ``predicted_share`` N/(N + V + P),
-        ``parallelisation_helps`` (N ≥ V + P; None = undetermined),
-        ``reason`` (why undetermined, or what was left out),
-        ``consensus_term``, ``D``, ``units``.
+        ``L`` is the smoothness that weighs the consensus term (NaN: the
+        term is NaN). Returns a dict: ``noise_term`` N, ``temporal_term`` V
+        (cumulative, loss units: mean per step × t), ``transient_term`` P,
+        their standard errors, ``ratio`` N/(V + P), ``predicted_share``
+        N/(N + V + P), ``parallelisation_helps`` (N ≥ V + P; None =
+        undetermined), ``reason`` (why undetermined, or what was left out),
+        ``consensus_term`` ((L/2) Σ_t η_t² […], see the module docstring),
+        ``D``, ``units``.
         """
         out = {"units": units, "noise_term": math.nan, "temporal_term": math.nan, "transient_term": math.nan,
                "noise_term_se": math.nan, "temporal_term_se": math.nan, "ratio": math.nan,
@@ -218,7 +228,7 @@ class RegimeTerms:
         Nse, Vse = self.noise.se * t, self.temporal.se * t
         P = self.transient(D)
         out.update(noise_term=N, temporal_term=V, noise_term_se=Nse, temporal_term_se=Vse, transient_term=P,
-                   consensus_term=self.consensus.mean * t if self.consensus.count else math.nan)
+                   consensus_term=0.5 * L * self.consensus.mean * t if self.consensus.count else math.nan)
         if not (np.isfinite(N) and np.isfinite(V)):
             out["reason"] = (self.noise_missing if not np.isfinite(N)
                              else "the temporal variation K² is not available yet")

@@ -15,10 +15,14 @@ learner's cumulative loss and its regret against the comparators:
 * **dynamic regret** against u_t = argmin F_t: Σ_t [F_t(x̄_t) − F_t(u_t)]
   (at the virtual average x̄_t, the sequence FedSEA's analysis follows);
 * **decomposition** (FedSEA Lemma 1): the regret of the played models equals
-  the regret of the virtual average x̄_t = (1/M) Σ_m x_{t,m} (columns
-  ``regret_static_virtual``, ``regret_expected_virtual``) plus the consensus
-  part Σ_t Σ_m c_{t,m} [F_{t,m}(x_{t,m}) − F_{t,m}(x̄_t)] (``consensus_part``;
-  realised losses f instead of F on real data). The bound weighs the
+  the regret of the virtual average x̄_t = (1/M) Σ_m x_{t,m} plus the consensus
+  part, in each regret's own basis: the static regret (realised losses f) =
+  ``regret_static_virtual`` + ``consensus_part_static``, the latter
+  Σ_t Σ_m c_{t,m} [f(x_{t,m}, ξ_{t,m}) − f(x̄_t, ξ_{t,m})]; the expected regret
+  (population F, synthetic streams) = ``regret_expected_virtual`` +
+  ``consensus_part_expected``, the latter Σ_t Σ_m c_{t,m} [F_{t,m}(x_{t,m}) −
+  F_{t,m}(x̄_t)]. Each part is the difference of the two cumulative losses,
+  so each pair adds up to its regret to rounding. The bound weighs the
   consensus error C_t = Σ_m c_{t,m} ‖x_{t,m} − x̄_t‖² (``consensus``) by L/2
   (smoothness): the summary's ``consensus_bound`` = (L/2) Σ_t C_t;
 * **per client** (each client alone against its own comparators, weight 1
@@ -29,7 +33,10 @@ learner's cumulative loss and its regret against the comparators:
   baseline's, on the same stream;
 * FedSEA's heterogeneity quantities σ_t², ζ_t², K_t², their running means
   with standard errors and maxima (:mod:`streamfl.regret.heterogeneity`),
-  and the regime condition (:mod:`streamfl.regret.regime`).
+  and the regime condition (:mod:`streamfl.regret.regime`);
+* whether the network loss is diverging without reaching inf or NaN
+  (:class:`~streamfl.regret.stability.LossGrowth`; the live state's
+  ``warning`` and the summary's ``divergence``).
 
 Memory is constant in T: per-step rows go to ``sink`` chunk by chunk.
 
@@ -78,8 +85,9 @@ from ..models.losses import get_loss
 from .comparators import (CLIENT_NEWTON_MAX_DIM, LeastSquaresHindsight, is_refit_step,
                           quadratic_min, quadratic_min_cholesky, quadratic_min_rows, refit_points, solve_hindsight,
                           solve_hindsight_clients)
-from .heterogeneity import RunningMean, client_losses, empirical_estimates, population_estimates
+from .heterogeneity import RunningMean, client_losses, empirical_estimates, population_estimates, running_sum
 from .regime import RegimeTerms, literal_condition
+from .stability import LossGrowth
 
 
 NOISE_EVERY, NOISE_CLIENTS = 64, 8   # logistic σ²: every 64th step, on 8 rotating clients (quadrature cost)
@@ -141,6 +149,7 @@ class LiveState:
     consensus: float = 0.0
     bytes_up: int | None = None        # cumulative payload bytes clients → server (None: not counted)
     bytes_down: int | None = None      # cumulative payload bytes server → clients
+    warning: str | None = None         # the loss is diverging (or rose and fell): LossGrowth's note
 
 
 def close_chunk(tracker, cols: dict, cum_main: np.ndarray, ts: np.ndarray, comparator: float | None,
@@ -207,7 +216,7 @@ def loss_columns(cols: dict, c: np.ndarray, losses: dict, learners, main: str, t
     net = {name: np.einsum("nm,nm->n", c, losses[name]) for name in learners}
     cum = {}
     for name in learners:
-        cum[name] = totals[name] + np.cumsum(net[name])
+        cum[name] = running_sum(totals[name], net[name])        # step by step: the same at any chunk size
         totals[name] = float(cum[name][-1])
     cols["loss"] = net[main]
     cols["cum_loss"] = cum[main]
@@ -240,21 +249,6 @@ def _frame(cols: dict, n: int) -> "pandas.DataFrame":
         if i not in fl:
             frame.insert(i, names[i], arrays[i])
     return frame
-
-
-def _cumsum_steps(a: np.ndarray) -> np.ndarray:
-    """``np.cumsum(a, axis=0)`` (bit-identical: the same additions in the same order), row by row.
-
-    For an (n, M, d) array numpy's cumsum along the first axis runs its inner
-    loop along that axis, with a stride of M·d floats; adding whole rows is
-    about 4× cheaper (30 → 7 ms for n = 256, M = 64, d = 100).
-    """
-    out = np.empty_like(a)
-    if len(a):
-        out[0] = a[0]
-        for i in range(1, len(a)):
-            np.add(out[i - 1], a[i], out=out[i])
-    return out
 
 
 def _project_rows(x: np.ndarray, radius: float | None) -> np.ndarray:
@@ -388,10 +382,8 @@ class RegretTracker:
             self.exp_sums = self.population.running_sums(per_client=False)
             self.client_exp_sums = self.population.running_sums(per_client=True)
         self.dynamic = 0.0
-        self.consensus_part = 0.0
         self.cum_consensus = 0.0
         self.cum_virtual = 0.0
-        self.u_prev = None
         self.prev_optima = None
         self.prev_scale = None
         self.prev_est = None
@@ -401,6 +393,7 @@ class RegretTracker:
         self.last_exact = None                 # (t, exact static regret) at the last step where it is known
         self.checkpoint_exp = {}
         self.block = max(1, math.ceil(T / 32))
+        self.growth = LossGrowth(T)          # divergence without inf or NaN, from the network loss
         self.stats = {k: RunningMean(self.block) for k in ("sigma2", "sigma2_comparator", "zeta2", "K2", "curvature")}
         self.step_size, self.tau = step_size, tau
         self.regime = RegimeTerms(self.M, tau, step_size, self.block, estimated=not (self.known or self.dirac))
@@ -446,9 +439,15 @@ class RegretTracker:
           ``cum_loss_<baseline>``, ``gap_<baseline>``;
         * ``comparator_static``, ``regret_static``, ``regret_expected``,
           ``regret_dynamic`` (NaN where not available);
-        * decomposition: ``cum_loss_virtual`` (Σ c f(x̄_t, ξ)),
-          ``regret_static_virtual``, ``regret_expected_virtual``,
-          ``consensus_part``, ``consensus`` (C_t, squared model units) and
+        * decomposition (FedSEA Lemma 1, each pair adding up to its regret):
+          ``cum_loss_virtual`` (Σ c f(x̄_t, ξ)), ``regret_static_virtual`` (x̄_t's
+          regret against the live comparator) and ``consensus_part_static``
+          (realised losses f: they add up to ``regret_static_live``, which is
+          ``regret_static`` where that is exact), ``regret_expected_virtual`` and
+          ``consensus_part_expected`` (population F: they add up to
+          ``regret_expected``; NaN without a population; the expected pair
+          of a logistic run is NaN but its consensus part, which is known per
+          step), ``consensus`` (C_t, squared model units) and
           ``cum_consensus``;
         * heterogeneity: ``sigma2``, ``sigma2_comparator``, ``zeta2``, ``K2``
           (squared gradient units), ``curvature`` (ℓ_t), and the regime
@@ -469,10 +468,12 @@ class RegretTracker:
         ts = chunk.t0 + 1 + np.arange(n)
         cols = {"t": ts}
         cum = loss_columns(cols, c, losses, self.learners, self.main, self.cum)[1]
+        self.growth.update(ts, cols["loss"])
+        self.state.warning = self.growth.verdict()["note"]
         hits = np.flatnonzero(np.isin(ts, list(self.checkpoints)))
         for i in hits:
             self.checkpoint_loss[int(ts[i])] = float(cum[self.main][i])
-        client_cum = self.client_cum + np.cumsum(losses[self.main], axis=0)
+        client_cum = running_sum(self.client_cum, losses[self.main])
         self.client_cum = client_cum[-1].copy()
         if self._data_smoothness:            # L from the data (a synthetic population knows its own)
             Xf = chunk.X.reshape(-1, self.d)
@@ -521,22 +522,23 @@ class RegretTracker:
                                                      noise_free=self.dirac)
         virtual_loss = est["virtual_loss"] if est is not None else \
             np.einsum("nm,nm->n", c, client_losses(self.task, average, chunk.X, chunk.y))
-        cum_virtual = self.cum_virtual + np.cumsum(virtual_loss)
+        cum_virtual = running_sum(self.cum_virtual, virtual_loss)
         self.cum_virtual = float(cum_virtual[-1])
         cols["cum_loss_virtual"] = cum_virtual
-        cols["regret_static_virtual"] = cum_virtual - comp          # of the live estimate
+        cols["regret_static_virtual"] = cum_virtual - comp          # against the live estimate's comparator
+        cols["consensus_part_static"] = cum[self.main] - cum_virtual    # realised f: adds up to regret_static_live
         cols["regret_expected_virtual"] = np.full(n, np.nan)
+        cols["consensus_part_expected"] = np.full(n, np.nan)
         cols["consensus"] = consensus
-        cols["cum_consensus"] = self.cum_consensus + np.cumsum(consensus)
+        cols["cum_consensus"] = running_sum(self.cum_consensus, consensus)
         self.cum_consensus = float(cols["cum_consensus"][-1])
         self.state.consensus = self.cum_consensus
 
         # expected and dynamic regret, heterogeneity
         K1 = models.shape[-1] == 1
         client_expected = client_dynamic = None
-        L = self.smoothness()
         if self.known and chunk.optimum is not None and K1:
-            pop_cols, u, client_expected, client_dynamic, part = self._population_terms(
+            pop_cols, u, client_expected, client_dynamic = self._population_terms(
                 chunk, c, models[..., 0], average[..., 0])
             cols.update(pop_cols)
             if self.prev_optima is None:
@@ -553,7 +555,7 @@ class RegretTracker:
                 np.broadcast_to(u[:, None, :], chunk.optimum.shape), scale=sc))
             flag_noise = het["sigma2_comparator"]
         elif self.dirac:
-            dcols, client_dynamic, part = self._dirac_terms(chunk, c, losses[self.main], virtual_loss, cols,
+            dcols, client_dynamic = self._dirac_terms(chunk, c, losses[self.main], virtual_loss, cols,
                                                             client_regret, client_cum)
             cols.update(dcols)
             client_expected = client_regret
@@ -563,18 +565,16 @@ class RegretTracker:
         else:
             cols["regret_expected"] = np.full(n, np.nan)
             cols["regret_dynamic"] = np.full(n, np.nan)
-            part = cum[self.main] - cum_virtual
             het = {"sigma2": est["sigma2"], "sigma2_comparator": np.full(n, np.nan), "zeta2": est["zeta2"],
                    "K2": est["K2"], "curvature": est["curvature"]}
             flag_noise = het["sigma2"]
-        cols["consensus_part"] = part
-        self.consensus_part = float(part[-1])
+        # real data: the curvature enters the regime terms through its running mean up to each step (the
+        # per-step estimates are noisy; the mean at the chunk's end would make the terms depend on chunk_size)
+        ell = het["curvature"] if (self.known or self.dirac) else self.stats["curvature"].prefix_means(het["curvature"])
         for key in ("sigma2", "sigma2_comparator", "zeta2", "K2", "curvature"):
             cols[key] = het[key]
             self.stats[key].update(het[key], ts)
-        # real data: the curvature enters the regime terms through its running mean (per-step values are noisy)
-        ell = het["curvature"] if (self.known or self.dirac) else self.stats["curvature"].mean
-        cols["regime_noise"], cols["regime_temporal"] = self._regime_update(ts, flag_noise, het, ell, L)
+        cols["regime_noise"], cols["regime_temporal"] = self._regime_update(ts, flag_noise, het, ell)
 
         client_steps = self.client_steps + np.cumsum(present, axis=0)
         self.client_steps = client_steps[-1].copy()
@@ -605,12 +605,12 @@ class RegretTracker:
             self.sink(frame)
         return frame
 
-    def _regime_update(self, ts, flag_noise, het, ell, L):
+    def _regime_update(self, ts, flag_noise, het, ell):
         """Absorb the chunk into the regime terms; cumulative sides per step (loss units)."""
         r = self.regime
         before = ((r.noise.total, r.noise.count), (r.temporal.total, r.temporal.count))
         with np.errstate(divide="ignore", invalid="ignore"):
-            terms = r.update(ts, flag_noise, het["K2"], ell, het["sigma2"], het["zeta2"], L)
+            terms = r.update(ts, flag_noise, het["K2"], ell, het["sigma2"], het["zeta2"])
         if terms is None:
             nan = np.full(len(ts), np.nan)
             return nan, nan
@@ -620,7 +620,10 @@ class RegretTracker:
         """Expected and dynamic regret (network, virtual and per client) from F.
 
         Returns (columns, u (n, d), client expected (n, M) or None, client
-        dynamic (n, M), consensus part (n,)).
+        dynamic (n, M)); the columns hold ``regret_expected``, ``regret_dynamic``
+        and the population-F pair ``regret_expected_virtual``,
+        ``consensus_part_expected`` (the part known per step even where the
+        expected regret is computed at the end).
         """
         pop, opt = self.population, chunk.optimum
         sc, nz = chunk.scale, chunk.noise
@@ -641,14 +644,16 @@ class RegretTracker:
                 return pop.loss(x, opt, scale=sc, **nkw)
         F_played = F(models)                                                     # (n, M)
         F_avg = F(average[:, None, :])                                           # (n, M)
-        exp_learner = self.exp_learner + np.cumsum(np.einsum("nm,nm->n", c, F_played))
-        exp_virtual = self.exp_virtual + np.cumsum(np.einsum("nm,nm->n", c, F_avg))
+        exp_learner = running_sum(self.exp_learner, np.einsum("nm,nm->n", c, F_played))
+        exp_virtual = running_sum(self.exp_virtual, np.einsum("nm,nm->n", c, F_avg))
         self.exp_learner, self.exp_virtual = float(exp_learner[-1]), float(exp_virtual[-1])
         ts = chunk.t0 + 1 + np.arange(len(c))
         for i in np.flatnonzero(np.isin(ts, list(self.checkpoints))):
             self.checkpoint_exp[int(ts[i])] = (float(exp_learner[i]), float(exp_virtual[i]))
-        part = self.consensus_part + np.cumsum(np.einsum("nm,nm->n", c, F_played - F_avg))
-        client_exp = self.client_exp + np.cumsum(F_played, axis=0)
+        # Σ c [F(x_m) − F(x̄)], as the difference of the two cumulative losses: with the virtual regret below it
+        # adds up to the expected regret (exp_learner − comp = (exp_virtual − comp) + this) to rounding
+        out["consensus_part_expected"] = exp_learner - exp_virtual
+        client_exp = running_sum(self.client_exp, F_played)
         self.client_exp = client_exp[-1].copy()
         client_expected = None
         if self.task == "least_squares":
@@ -658,19 +663,19 @@ class RegretTracker:
             n2 = np.broadcast_to(noise2, c.shape)
             # network: weights c k
             ck = c * k
-            Sc = self.opt_sums[0] + np.cumsum(ck.sum(axis=1))
-            Sw = self.opt_sums[1] + np.cumsum(np.einsum("nm,nmd->nd", ck, opt), axis=0)
-            Sww = self.opt_sums[2] + np.cumsum(np.einsum("nm,nmd->n", ck, opt * opt))
-            Sn = self.opt_sums[3] + np.cumsum(np.einsum("nm,nm->n", c, n2))
+            Sc = running_sum(self.opt_sums[0], ck.sum(axis=1))
+            Sw = running_sum(self.opt_sums[1], np.einsum("nm,nmd->nd", ck, opt))
+            Sww = running_sum(self.opt_sums[2], np.einsum("nm,nmd->n", ck, opt * opt))
+            Sn = running_sum(self.opt_sums[3], np.einsum("nm,nm->n", c, n2))
             self.opt_sums = [float(Sc[-1]), Sw[-1].copy(), float(Sww[-1]), float(Sn[-1])]
             comp = self._ls_comparator(Sc, Sw, Sww, Sn, s0)
             out["regret_expected"] = exp_learner - comp
             out["regret_expected_virtual"] = exp_virtual - comp
             # each client alone: weight 1 per step
-            Kc = self.client_opt_sums[0] + np.cumsum(k, axis=0)
-            Kw = self.client_opt_sums[1] + _cumsum_steps(k[..., None] * opt)
-            Kww = self.client_opt_sums[2] + np.cumsum(k * np.sum(opt * opt, axis=-1), axis=0)
-            Kn = self.client_opt_sums[3] + np.cumsum(n2, axis=0)
+            Kc = running_sum(self.client_opt_sums[0], k)
+            Kw = running_sum(self.client_opt_sums[1], k[..., None] * opt)
+            Kww = running_sum(self.client_opt_sums[2], k * np.sum(opt * opt, axis=-1))
+            Kn = running_sum(self.client_opt_sums[3], np.broadcast_to(n2, k.shape))
             self.client_opt_sums = [Kc[-1].copy(), Kw[-1].copy(), Kww[-1].copy(), Kn[-1].copy()]
             client_expected = client_exp - self._ls_comparator(Kc, Kw, Kww, Kn, s0)
         else:
@@ -687,17 +692,18 @@ class RegretTracker:
             self.client_exp_sums.absorb(opt, np.ones((n, M)), s_all)
             out["regret_expected"] = np.full(len(c), np.nan)
         # dynamic: F_t(x̄_t) − F_t(u_t), with F_t = Σ_m c F_{t,m}
-        u = pop.minimize_mean(opt, x0=None if self.u_prev is None else np.broadcast_to(self.u_prev, average.shape),
-                              radius=self.radius, scale=sc, weights=None if sc is None else c)
-        self.u_prev = u[-1].copy()
+        # every step from its own start (no warm start from the previous chunk's last u_t): u_t, and what is
+        # evaluated at it (σ² at u_t, ℓ_t), is then the same whatever the chunk size; it is also cheaper (a
+        # chunk-long broadcast of one warm start is a poor start for most of its steps)
+        u = pop.minimize_mean(opt, radius=self.radius, scale=sc, weights=None if sc is None else c)
         gap = np.einsum("nm,nm->n", c, F_avg - F(u[:, None, :]))
-        out["regret_dynamic"] = self.dynamic + np.cumsum(gap)
+        out["regret_dynamic"] = running_sum(self.dynamic, gap)
         self.dynamic = float(out["regret_dynamic"][-1])
         # each client against its own per-step optimum (the projection of x*_{t,m}: F_{t,m} is isotropic)
         own = F(_project_rows(opt, self.radius))
-        client_dynamic = self.client_dyn + np.cumsum(F_played - own, axis=0)
+        client_dynamic = running_sum(self.client_dyn, F_played - own)
         self.client_dyn = client_dynamic[-1].copy()
-        return out, u, client_expected, client_dynamic, part
+        return out, u, client_expected, client_dynamic
 
     def _ls_comparator(self, Sc, Sw, Sww, Sn, s0):
         """min_{‖x‖≤D} ½ s0² Σ k ‖x − w‖² + ½ Σ σ², from running sums (any leading shape)."""
@@ -709,8 +715,11 @@ class RegretTracker:
         """Dirac adversary: F_{t,m} = f(·, ξ_{t,m}); expected = realised static regret, dynamic from
         the per-step quadratic (pooled over clients), per client against each client's own step."""
         X, y, b = chunk.X, chunk.y, self.b
+        # the exact static regret where it is known (NaN between least-squares refreshes), its pair with it
+        exact = np.isfinite(cols["regret_static"])
         out = {"regret_expected": cols["regret_static"].copy(),
-               "regret_expected_virtual": cols["regret_static_virtual"].copy()}
+               "regret_expected_virtual": np.where(exact, cols["regret_static_virtual"], np.nan),
+               "consensus_part_expected": cols["consensus_part_static"].copy()}
         n, M, _, d = X.shape
         e = np.einsum("nmb,nmb->nm", y, y) / b
         # each step's minimum from its weighted rows (√(c/b) a, √(c/b) y): through the n × n Gram while the
@@ -724,7 +733,7 @@ class RegretTracker:
         else:
             step_min = quadratic_min_cholesky(np.matmul(Bn.transpose(0, 2, 1), Bn),
                                               np.einsum("nid,ni->nd", Bn, zn), en, self.radius)[0]
-        out["regret_dynamic"] = self.dynamic + np.cumsum(virtual_loss - step_min)
+        out["regret_dynamic"] = running_sum(self.dynamic, virtual_loss - step_min)
         self.dynamic = float(out["regret_dynamic"][-1])
         if b < d:
             own = quadratic_min_rows(X.reshape(n * M, b, d) / math.sqrt(b), y.reshape(n * M, b) / math.sqrt(b),
@@ -732,10 +741,9 @@ class RegretTracker:
         else:
             own = quadratic_min(np.einsum("nmbd,nmbe->nmde", X, X) / b, np.einsum("nmbd,nmb->nmd", X, y) / b,
                                 e, self.radius)                                    # (n, M)
-        client_dynamic = self.client_dyn + np.cumsum(played_loss - own, axis=0)
+        client_dynamic = running_sum(self.client_dyn, played_loss - own)
         self.client_dyn = client_dynamic[-1].copy()
-        part = cols["cum_loss"] - cols["cum_loss_virtual"]
-        return out, client_dynamic, part
+        return out, client_dynamic
 
     def _solver_update(self, chunk, c, ts):
         """Softmax, and logistic with a radius: the comparator exact (a solver over the spool) at the refit
@@ -793,7 +801,8 @@ class RegretTracker:
                      "dynamic": float(last["regret_dynamic"]),
                      "static_virtual": float(last["regret_static_virtual"]),
                      "expected_virtual": float(last["regret_expected_virtual"]),
-                     "consensus_part": float(last["consensus_part"]),
+                     "consensus_part_static": float(last["consensus_part_static"]),
+                     "consensus_part_expected": float(last["consensus_part_expected"]),
                      "consensus_bound": 0.5 * self.smoothness() * self.cum_consensus}
         st.heterogeneity = self.heterogeneity_summary()
 
@@ -868,7 +877,7 @@ class RegretTracker:
             if key != "curvature":
                 out[f"{name}_max"] = float(st.max_step if exact else st.max_block) if st.count else math.nan
         units = "nats" if self.task in ("logistic", "softmax") else "loss units"
-        regime = self.regime.summary(self.state.t, self.D, units)
+        regime = self.regime.summary(self.state.t, self.D, units, L)
         regime["sigma2_used"] = "comparator u_t" if exact else "played average x̄_t"
         regime["curvature"] = out["curvature_mean"]
         out["regime"] = regime
@@ -973,14 +982,18 @@ class RegretTracker:
         ``static_checkpoints`` (list of (t, exact regret at t) on a geometric
         grid, for plots), ``regret_expected`` and ``regret_dynamic`` (where the
         population is known; ``regret_*_method`` says how each regret is
-        known), the decomposition (``regret_static_virtual``,
-        ``regret_expected_virtual``, ``consensus_part``, ``consensus_bound``,
+        known), the decomposition (``regret_static_virtual`` and
+        ``consensus_part_static``, ``regret_expected_virtual`` and
+        ``consensus_part_expected``, ``consensus_bound``,
         ``cum_consensus``; for logistic ``expected_checkpoints``: (t, expected
         regret, virtual expected regret) on the checkpoint grid), ``client_regret`` ({comparator: list of M
         values}) with ``client_regret_spread`` ({comparator: min, median,
         max}), the heterogeneity summary, ``client_steps`` (steps each client
-        was present, (M,)) and ``client_last_step`` (its last such step t, 0
-        if none). BLAS runs on one thread meanwhile (:func:`one_blas_thread`).
+        was present, (M,)), ``client_last_step`` (its last such step t, 0
+        if none) and ``divergence`` (:meth:`LossGrowth.verdict
+        <streamfl.regret.stability.LossGrowth.verdict>`: whether the network
+        loss grew without reaching inf or NaN; its note is also in
+        ``tracker_notes``). BLAS runs on one thread meanwhile (:func:`one_blas_thread`).
         """
         with one_blas_thread():
             return self._finalize()
@@ -1109,14 +1122,28 @@ class RegretTracker:
                         os.rmdir(spool_root)
                     except OSError:
                         pass
-        out["consensus_part"] = st.regret.get("consensus_part")
+
+        def known(v):
+            return v is not None and math.isfinite(v)
+
+        # FedSEA Lemma 1 in each regret's basis; each part is the difference of the two cumulative losses
+        # (the last step's columns), so virtual + part = regret to rounding
+        out["consensus_part_static"] = st.regret.get("consensus_part_static")
+        part = st.regret.get("consensus_part_expected")
+        out["consensus_part_expected"] = part if known(part) else None
         out["cum_consensus"] = self.cum_consensus
         out["consensus_bound"] = 0.5 * self.smoothness() * self.cum_consensus
+        expected = None
+        if known(out["regret_expected"]) and known(part):
+            expected = {"basis": "population F", "regret": out["regret_expected"],
+                        "regret_virtual": out["regret_expected_virtual"],
+                        "consensus_part": out["consensus_part_expected"]}
         out["decomposition"] = {
-            "basis": "population F" if (self.known or self.dirac) else "realised losses f",
-            "regret": out["regret_expected"] if (self.known or self.dirac) else out["regret_static"],
-            "regret_virtual": out["regret_expected_virtual"] if (self.known or self.dirac) else out["regret_static_virtual"],
-            "consensus_part": out["consensus_part"],
+            "source": "FedSEA Lemma 1: regret = regret of the virtual average x̄_t + consensus part",
+            "static": {"basis": "realised losses f", "regret": out["regret_static"],
+                       "regret_virtual": out["regret_static_virtual"],
+                       "consensus_part": out["consensus_part_static"]},
+            "expected": expected,
             "consensus_bound": out["consensus_bound"],
         }
         out["client_regret"] = {k: (None if v is None else [float(x) for x in v]) for k, v in clients.items()}
@@ -1124,6 +1151,9 @@ class RegretTracker:
             k: (None if v is None else {"min": float(np.min(v)), "median": float(np.median(v)), "max": float(np.max(v))})
             for k, v in clients.items()}
         out["heterogeneity"] = self.heterogeneity_summary()
+        out["divergence"] = self.growth.verdict()
+        if out["divergence"]["note"]:
+            self.notes.append(out["divergence"]["note"])
         out["tracker_notes"] = list(self.notes)
         out["client_columns"] = dict(self.client_columns_info)
         out["client_cum_loss"] = self.client_cum.tolist()

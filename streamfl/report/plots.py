@@ -1124,7 +1124,7 @@ _DECOMP = (
     # column, label, colour, style
     ("regret_expected", "expected regret of the played models, eq. (3)", "#d62728", "-"),
     ("regret_expected_virtual", "virtual average x̄_t (Lemma 1, first term)", "#9467bd", "-"),
-    ("consensus_part", "consensus part Σ c[F(x_m) − F(x̄)] (exact)", "#8c564b", "-"),
+    ("consensus_part_expected", "consensus part Σ c[F(x_m) − F(x̄)] (exact)", "#8c564b", "-"),
     ("consensus_bound", "bound's weight (L/2)·Σ (1/M)Σ‖x_m − x̄‖²", "#8c564b", "--"),
 )
 
@@ -1135,7 +1135,9 @@ def plot_decomposition(df: pd.DataFrame, summary: Mapping | None, path: str | Pa
     Draws the regret of the played models, that of the virtual average
     x̄_t (``regret_expected_virtual``; ``regret_static_virtual`` on real data,
     where F is unknown and the realised losses are used), their exact
-    difference (``consensus_part``) and the bound's consensus term (L/2) Σ C_t
+    difference in the same basis (``consensus_part_expected``,
+    ``consensus_part_static``; the two curves add up to the regret's) and the
+    bound's consensus term (L/2) Σ C_t
     with C_t = Σ_m c_{t,m} ‖x_{t,m} − x̄_t‖² (``cum_consensus`` × L/2, L from
     the summary). Seeds runs draw 95 % t-interval bands.
 
@@ -1164,7 +1166,13 @@ def _decomposition_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     het = summary.get("heterogeneity") if isinstance(summary.get("heterogeneity"), dict) else {}
     L = _num(het.get("L"))
     decomp = summary.get("decomposition") if isinstance(summary.get("decomposition"), dict) else {}
-    population = _has_data(thin, "regret_expected_virtual") or decomp.get("basis") == "population F"
+    # decomposition.expected: this tree's summaries; basis: earlier ones (one basis, one consensus_part column)
+    population = (_has_data(thin, "regret_expected_virtual") or isinstance(decomp.get("expected"), dict)
+                  or decomp.get("basis") == "population F")
+    for suffix in ("", "_lo", "_hi"):       # a run folder written before the parts were named by their basis
+        old, new = f"consensus_part{suffix}", f"consensus_part_{'expected' if population else 'static'}{suffix}"
+        if old in thin and new not in thin:
+            thin[new] = thin[old]
     marks = np.asarray([[_num(v) for v in row] for row in summary.get("expected_checkpoints") or []
                         if isinstance(row, (list, tuple)) and len(row) == 3], dtype=float).reshape(-1, 3)
     if "cum_consensus" in thin and np.isfinite(L):
@@ -1174,7 +1182,7 @@ def _decomposition_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     rows = _DECOMP if population else (
         ("regret_static", "static regret of the played models", "#1f77b4", "-"),
         ("regret_static_virtual", "virtual average x̄_t (Lemma 1, first term)", "#9467bd", "-"),
-        ("consensus_part", "consensus part Σ c[f(x_m, ξ) − f(x̄, ξ)] (realised)", "#8c564b", "-"),
+        ("consensus_part_static", "consensus part Σ c[f(x_m, ξ) − f(x̄, ξ)] (realised)", "#8c564b", "-"),
         ("consensus_bound", "bound's weight (L/2)·Σ (1/M)Σ‖x_m − x̄‖²", "#8c564b", "--"))
     fig = _new_figure()
     ax = fig.add_subplot()
@@ -1185,7 +1193,8 @@ def _decomposition_figure(df: pd.DataFrame, summary: Mapping | None) -> Figure:
     notes = _coincidences(series, _span([y for _, y in series]))
     names = {"regret_static": "static regret", "regret_expected": "expected regret",
              "regret_static_virtual": "virtual average", "regret_expected_virtual": "virtual average",
-             "consensus_part": "consensus part", "consensus_bound": "bound's weight"}
+             "consensus_part_static": "consensus part", "consensus_part_expected": "consensus part",
+             "consensus_bound": "bound's weight"}
     live = (not population and len(_checkpoints(summary)[0])
             and "sufficient statistics" not in str(summary.get("regret_static_method", "")))
     for (col, label, colour, style), (_, y) in zip(present, series):

@@ -55,7 +55,11 @@ def describe_inputs(cfg, stream) -> dict:
         * ``rows``: for real tables, ``{"read", "streamed",
           "dropped_incomplete_batches", "beyond_steps"}``, else ``None``;
         * ``idle_clients``: ids of clients that never play;
-        * ``notes``: one line per thing inferred, dropped or skipped.
+        * ``notes``: one line per thing inferred, dropped or skipped;
+        * ``step_size`` (linear client models): the main learner's η_1
+          against the smoothness of its loss
+          (:func:`~streamfl.regret.stability.step_size_check`), and
+          ``warnings``: its line when η_t·L > 2 for some step (empty otherwise).
 
     Examples
     --------
@@ -119,7 +123,7 @@ def describe_inputs(cfg, stream) -> dict:
                                         "dropped_incomplete_batches": 0,
                                         "beyond_steps": int(stream.n_interactions_ - stream.n_streamed_)},
                 "idle_clients": list(stream.idle_clients_), "notes": notes}
-    return {
+    out = {
         "source": _source_text(src),
         "shape": {"n_steps": int(stream.n_steps), "n_clients": int(stream.n_clients),
                   "n_features": int(stream.n_features), "batch_size": int(stream.batch_size),
@@ -130,6 +134,14 @@ def describe_inputs(cfg, stream) -> dict:
         "idle_clients": list(getattr(stream, "idle_clients_", [])),
         "notes": notes,
     }
+    if cfg.learner.model == "linear":
+        from ..models import StepSize
+        from ..regret.stability import step_size_check
+        lc = cfg.learner.step_size
+        check = step_size_check(stream, StepSize(lc.kind, lc.eta, lc.mu, lc.t0), cfg.learner.radius)
+        out["step_size"] = check
+        out["warnings"] = [check["warning"]] if check["warning"] else []
+    return out
 
 
 def gmf_notes(cfg, stream) -> list[str]:
@@ -247,4 +259,5 @@ def header_lines(inputs: dict) -> list[str]:
     if rows:
         lines.append(f"rows: {rows['read']} read, {rows['streamed']} streamed")
     lines.extend(f"note: {n}" for n in inputs["notes"])
+    lines.extend(f"warning: {w}" for w in inputs.get("warnings", []))
     return lines

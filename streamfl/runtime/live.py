@@ -143,6 +143,7 @@ class LiveView:
         labels = {"static": static_label,
                   "expected": "expected, FedSEA eq. (3)", "dynamic": "per-step optimum (dynamic)"}
         notes = []
+        bases = {"static": "realised f", "expected": "population F"}
         for key, label in labels.items():
             v = st.regret.get(key)
             if v is not None and math.isfinite(v):
@@ -159,6 +160,11 @@ class LiveView:
                         notes.append("¶ the reservoir estimate (softmax, or a radius) has no certified bound; "
                                      "exact at the end of the run")
                 r.add_row(label, _fmt(v), _fmt(v / math.sqrt(st.t) if st.t else None), interval)
+                # FedSEA Lemma 1, in this regret's own basis: the two rows add up to the row above
+                virtual, part = st.regret.get(f"{key}_virtual"), st.regret.get(f"consensus_part_{key}")
+                if key in bases and _finite(virtual) and _finite(part):
+                    r.add_row(f"  = virtual average x̄_t ({bases[key]})", _fmt(virtual), "", "")
+                    r.add_row(f"  + consensus part ({bases[key]}; FedSEA Lemma 1)", _fmt(part), "", "")
                 continue
             method = getattr(tracker, f"{key}_method", "")
             if "at the end" in method:
@@ -174,11 +180,8 @@ class LiveView:
         if tracker.hindsight and k != 1:
             notes.append(f"‡ between exact solves (every {k} steps: tracker.refresh_every) a Newton step from the "
                          f"last exact minimiser, with its certified interval; exact at the end")
-        # FedSEA Lemma 1: regret of the virtual average + consensus part
-        basis = "expected" if _finite(st.regret.get("expected_virtual")) else "static"
-        r.add_row(f"  {basis}, virtual average x̄_t", _fmt(st.regret.get(f"{basis}_virtual")), "", "")
-        r.add_row("  + consensus part (exact)", _fmt(st.regret.get("consensus_part")), "", "")
-        r.add_row("  bound's (L/2)·Σ‖x_m − x̄‖²/M", _fmt(st.regret.get("consensus_bound")), "", "")
+        # the bound's weight of the consensus error (FedSEA Lemmas 1 and 3)
+        r.add_row("bound's consensus weight (L/2)·Σ‖x_m − x̄‖²/M", _fmt(st.regret.get("consensus_bound")), "", "")
         h = st.heterogeneity
         het = Table(show_header=True, expand=False)
         for col in ("σ̄² (played)", "σ̄² (at u_t)", "ζ̄²", "K̄²", "L", "ℓ"):
@@ -199,7 +202,9 @@ class LiveView:
         regime.add_row(_fmt(reg.get("noise_term")), _fmt(reg.get("temporal_term")), _fmt(reg.get("transient_term")),
                        verdict)
         slow = [Text(self.bottleneck, style="yellow")] if self.bottleneck else []
-        return Group(t, *slow, r, het, regime, *(Text(n, style="dim") for n in dict.fromkeys(notes)))
+        # the tracker's divergence watch (streamfl.regret.stability.LossGrowth): a loss growing without inf or NaN
+        warn = [Text(f"warning: {st.warning}", style="bold red")] if getattr(st, "warning", None) else []
+        return Group(t, *warn, *slow, r, het, regime, *(Text(n, style="dim") for n in dict.fromkeys(notes)))
 
     def __call__(self, tracker, stream=None) -> None:
         self.dropped = int(getattr(stream, "n_dropped_", 0) or 0)
