@@ -96,7 +96,7 @@ def test_spilled_recording_gives_the_same_values(tmp_path):
     stream = _drifting(T=300)
     _, mem = _run_bracket(stream, 64, exact_steps=[300])
     br, disk = _run_bracket(stream, 64, exact_steps=[300], memory_mb=1e-6, spool_dir=str(tmp_path / "rec"))
-    assert len(br.rec.files) == 5                        # every chunk went to a file
+    assert len(br.rec.files) == len(br.rec.blocks) >= 1  # every page went to a file
     for key in ("estimate", "lower", "upper", "exact"):
         np.testing.assert_allclose(mem[key], disk[key], rtol=1e-12, atol=1e-12, err_msg=key)
     br.rec.close()

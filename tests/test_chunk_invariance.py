@@ -28,13 +28,6 @@ RTOL = 1e-12
 # Fields that are allowed to differ, and why: wall-clock time and throughput, where the run was written,
 # and the chunk size itself (the configured and the one used).
 VOLATILE = {"elapsed_seconds", "samples_per_second", "run_dir", "chunk_size_used", "config.chunk_size"}
-# The live static comparator of a logistic run (streamfl.regret.bracket.LogisticBracket) still depends on
-# where chunks end on shuttle-inject (b = 2, injected drift): its live estimate differs by up to 7.1 nats
-# between chunk_size 1 and 256 (from t = 35), its certified lower end by up to 590, so these columns are not
-# compared for logistic runs, nor regret_static_virtual (x̄_t's regret against that live comparator).
-# Least-squares runs must agree in them too.
-LOGISTIC_LIVE_STATIC = {"comparator_static_live", "regret_static_live", "regret_static_lower", "regret_static_upper",
-                        "regret_static_virtual"}
 # The exact static comparator of a logistic run is certified to an interval of width 1e-12 of its own value
 # (the bracket's exact_tol), not of the regret: two runs' values may differ by two such widths, so these
 # figures are compared at 2e-12 of the cumulative loss.
@@ -123,8 +116,6 @@ def test_chunk_size_changes_no_reported_figure(name, tmp_path):
         assert not bad, f"chunk_size {chunk} vs 256, summary.json: {bad[:8]}"
         assert list(metrics.columns) == list(ref_metrics.columns)
         for col in ref_metrics.columns:
-            if logistic and col in LOGISTIC_LIVE_STATIC:
-                continue
             a, b = metrics[col].to_numpy(np.float64), ref_metrics[col].to_numpy(np.float64)
             scale = float(np.nanmax(np.abs(b), initial=0.0))     # a column's values near 0 against its size
             if logistic and col in EXACT_STATIC:

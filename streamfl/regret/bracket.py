@@ -54,6 +54,8 @@ import math
 
 import numpy as np
 
+from .heterogeneity import running_sum
+
 #: quasi-Newton step lengths tried by the upper bound (the minimiser of the bound over α is kept)
 _ALPHAS = np.array([0.0, 0.25, 0.5, 0.7, 0.85, 1.0, 1.15, 1.35, 1.6, 2.0])
 
@@ -145,51 +147,79 @@ def logistic_terms(z: np.ndarray, y: np.ndarray):
 
 
 class _Recording:
-    """The stream so far as step-major rows: features (N, d), labels, weights, each row's anchor score and
-    squared norm.
+    """The stream so far as step-major rows in fixed pages: features (N, d), labels, weights, each row's
+    anchor score and squared norm.
 
-    Chunks are kept as the arrays the stream handed over (no copy) while they fit in ``budget_mb``; later
-    ones are written to files in ``spool_dir`` and read back through memory maps (the page cache), so the
-    process's own memory stays bounded whatever T. A row's anchor score is a·x at the centre that was
-    current when the row was absorbed (or at the point of the last Hessian pass over every row).
+    A page holds the same steps whatever the chunk size (``page_steps`` consecutive steps from step 1 on),
+    so every pass over the recording adds the same numbers in the same order: ``chunk_size`` changes no
+    value. Pages stay in memory while they fit in ``budget_mb``; later ones are files in ``spool_dir``, read
+    back through memory maps, so the process's own memory stays bounded whatever T. A row's anchor score is
+    a·x at the centre that was current when the row was absorbed (or at the point of the last Hessian pass
+    over every row).
     """
 
     def __init__(self, d: int, budget_mb: float = 1024.0, spool_dir: str | None = None):
         self.d = d
-        self.blocks = []          # [t_first (1-based), n steps, rows per step, X (n·r, d), y, w, za, ‖a‖²]
+        # pages: [t_first (1-based), steps filled, rows per step, X (rows, d), y, w, za, ‖a‖²]
+        self.blocks = []
         self.n_rows = 0           # rows of the steps absorbed so far (the tracker advances it)
         self.budget = float(budget_mb) * 2**20
         self.in_memory = 0
         self.spool_dir = spool_dir
         self.files = []
+        self.per = None
+        self.page_steps = None
 
-    def add(self, t_first: int, X2: np.ndarray, y: np.ndarray, w: np.ndarray, per_step: int):
-        """Record a chunk's rows; returns its (empty) arrays of anchor scores and squared row norms (0 for
-        rows of weight 0), filled as its steps are absorbed."""
-        N = len(y)
-        size = N * (self.d + 4) * 8
-        if self.in_memory + size <= self.budget:
-            za, sq = np.empty(N), np.empty(N)
-            self.in_memory += size
-            self.blocks.append([t_first, N // per_step, per_step, X2, y, w, za, sq])
-            return za, sq
+    def _page(self, t_first: int):
         import os
         import tempfile
-        if self.spool_dir is None:
-            self.spool_dir = tempfile.mkdtemp(prefix="streamfl-recording-")
-        os.makedirs(self.spool_dir, exist_ok=True)
-        path = os.path.join(self.spool_dir, f"block{len(self.blocks)}.bin")
-        mm = np.memmap(path, dtype=np.float64, mode="w+", shape=(N, self.d + 4))
-        mm[:, :self.d] = X2
-        mm[:, self.d] = y
-        mm[:, self.d + 1] = w
-        self.files.append(path)
-        self.blocks.append([t_first, N // per_step, per_step, mm[:, :self.d], mm[:, self.d], mm[:, self.d + 1],
-                            mm[:, self.d + 2], mm[:, self.d + 3]])
-        return self.blocks[-1][6], self.blocks[-1][7]
+        rows = self.page_steps * self.per
+        size = rows * (self.d + 4) * 8
+        if self.in_memory + size <= self.budget:
+            self.in_memory += size
+            X, rest = np.empty((rows, self.d)), np.empty((4, rows))
+            page = [t_first, 0, self.per, X, rest[0], rest[1], rest[2], rest[3]]
+        else:
+            if self.spool_dir is None:
+                self.spool_dir = tempfile.mkdtemp(prefix="streamfl-recording-")
+            os.makedirs(self.spool_dir, exist_ok=True)
+            path = os.path.join(self.spool_dir, f"page{len(self.blocks)}.bin")
+            mm = np.memmap(path, dtype=np.float64, mode="w+", shape=(rows, self.d + 4))
+            self.files.append(path)
+            page = [t_first, 0, self.per] + [mm[:, :self.d]] + [mm[:, self.d + k] for k in range(4)]
+        self.blocks.append(page)
+        return page
+
+    def add(self, t_first: int, X2: np.ndarray, y: np.ndarray, w: np.ndarray, per_step: int):
+        """Copy a chunk's rows (steps t_first, t_first + 1, …) into the pages; their anchor scores and squared
+        norms are filled as the steps are absorbed."""
+        if self.per is None:
+            self.per = per_step
+            self.page_steps = max(1, _PASS_ROWS // per_step)
+        n = len(y) // per_step
+        done = 0
+        while done < n:
+            t = t_first + done
+            page = self.blocks[-1] if self.blocks and self.blocks[-1][0] + self.page_steps > t else \
+                self._page(t)
+            k = min(n - done, page[0] + self.page_steps - t)
+            i, j = (t - page[0]) * self.per, (t - page[0] + k) * self.per
+            src = slice(done * self.per, (done + k) * self.per)
+            page[3][i:j], page[4][i:j], page[5][i:j] = X2[src], y[src], w[src]
+            page[1] = t - page[0] + k
+            done += k
+
+    def segments(self, t_first: int, t_last: int):
+        """(page, first row, steps) for the steps t_first..t_last, cut at page ends."""
+        t = t_first
+        while t <= t_last:
+            page = self.blocks[(t - 1) // self.page_steps]
+            k = min(t_last - t + 1, page[0] + self.page_steps - t)
+            yield page, (t - page[0]) * self.per, k
+            t += k
 
     def rows(self, upto: int):
-        """(block, stop) pairs: the rows [0, stop) of each block that belong to steps ≤ ``upto``."""
+        """(page, stop) pairs: the rows [0, stop) of each page that belong to steps ≤ ``upto``."""
         for blk in self.blocks:
             t_first, n, per = blk[0], blk[1], blk[2]
             if t_first > upto:
@@ -324,7 +354,7 @@ class LogisticBracket:
         cw = np.asarray(c, dtype=np.float64)
         w = (np.repeat(cw / b, b, axis=1) if b > 1 else cw).reshape(-1)
         per = M * b
-        za, sq = self.rec.add(t0 + 1, X2, yf, w, per)
+        self.rec.add(t0 + 1, X2, yf, w, per)
         out = {k: np.empty(n) for k in ("estimate", "lower", "upper")}
         out["exact"] = np.full(n, np.nan)
         i = 0
@@ -332,8 +362,11 @@ class LogisticBracket:
             stop = i + 1
             while stop < n and not self.is_fold(t0 + stop):
                 stop += 1
-            rows = slice(i * per, stop * per)
-            self._segment(X2[rows], yf[rows], w[rows], za[rows], sq[rows], per, t0 + i, stop - i, out, i)
+            for page, r0, k in self.rec.segments(t0 + i + 1, t0 + stop):
+                rows = slice(r0, r0 + k * per)
+                j0 = page[0] + r0 // per - t0 - 1             # the segment's first step, within the chunk
+                self._segment(page[3][rows], page[4][rows], page[5][rows], page[6][rows], page[7][rows], per,
+                              t0 + j0, k, out, j0)
             t = self.t = t0 + stop
             i = stop
             if not self.is_fold(t):              # the chunk ends inside a sub-block: carry on at the next chunk
@@ -381,8 +414,8 @@ class LogisticBracket:
             self.lev_new = float(lev[-1])
         s = (w * loss).reshape(n, per).sum(axis=1)
         g = np.matmul((w * d1).reshape(n, 1, per), X2.reshape(n, per, self.d))[:, 0]
-        S = self.S + np.cumsum(s)
-        G = self.G + np.cumsum(g, axis=0)
+        S = running_sum(self.S, s)
+        G = running_sum(self.G, g)
         self.S, self.G = float(S[-1]), G[-1].copy()
         self.pending.append((X2 * np.sqrt(w * d2)[:, None], np.repeat(np.arange(n), per) + (t_before + 1)))
         self.work_stream += len(y) * self.d * self.d
