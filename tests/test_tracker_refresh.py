@@ -69,7 +69,8 @@ def test_memory_budget_keeps_the_network_exact_and_says_what_it_skips():
     assert full["client_regret"]["static"] is not None and full["tracker_notes"] == []
     assert small["regret_static"] == pytest.approx(full["regret_static"], rel=1e-12)
     np.testing.assert_allclose(small_frame["regret_static"], frame["regret_static"], rtol=1e-12)
-    assert tr.hindsight.A.shape == (1, 20, 20)                 # no per-client statistics kept
+    assert tr.hindsight.clients is None                        # no per-client statistics kept
+    assert tr.hindsight.net.A.shape == (1, 20, 20)              # the network's: 1,200 rows > d, so d × d
 
 
 def test_refresh_period_changes_live_values_only_and_is_stated():

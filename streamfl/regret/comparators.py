@@ -142,21 +142,25 @@ def quadratic_min_cholesky(A: np.ndarray, v: np.ndarray, e: np.ndarray, radius: 
     return value, x
 
 
-def quadratic_min_rows(B: np.ndarray, z: np.ndarray, e: np.ndarray, radius: float | None = None):
+def quadratic_min_rows(B: np.ndarray, z: np.ndarray, e: np.ndarray, radius: float | None = None,
+                       K: np.ndarray | None = None):
     """:func:`quadratic_min` for A = BᵀB, v = Bᵀz given the n rows of B, n < d: through the n × n Gram.
 
     B : (G, n, d) (weighted sample rows: √w_i a_i); z : (G, n) (√w_i y_i);
-    e : (G,). Returns (value (G,), x (G, d)), the minimum of
-    ½ xᵀAx − vᵀx + ½e over ‖x‖ ≤ radius and the minimum-norm minimiser.
+    e : (G,); K : (G, n, n), optional: the Gram BBᵀ if already known (e.g.
+    kept up to date row block by row block, :class:`RowStats`). Returns
+    (value (G,), x (G, d)), the minimum of ½ xᵀAx − vᵀx + ½e over
+    ‖x‖ ≤ radius and the minimum-norm minimiser.
 
     A's nonzero eigenvalues are those of K = BBᵀ = UΛUᵀ, with eigenvectors
     q_k = Bᵀu_k/√λ_k and coordinates of v on them √λ_k (u_kᵀz); the solution
     is then that of :func:`quadratic_min` in this basis (same 10⁻¹⁰ λ_max
     cut, same bisection on the ball), and x = BᵀU(x̃/√λ). Cost O(n²d + n³)
-    per matrix against O(d³): the least-squares comparators of the first
-    steps, when a client has seen fewer than d samples.
+    per matrix (O(n³ + nd) given K) against O(d³): the least-squares
+    comparators while there are fewer samples than features.
     """
-    K = np.matmul(B, B.transpose(0, 2, 1))
+    if K is None:
+        K = np.matmul(B, B.transpose(0, 2, 1))
     lam, U = np.linalg.eigh(K)
     lam = np.maximum(lam, 0.0)
     root = np.sqrt(lam)
@@ -165,6 +169,163 @@ def quadratic_min_rows(B: np.ndarray, z: np.ndarray, e: np.ndarray, radius: floa
     coef = np.divide(xt, root, out=np.zeros_like(xt), where=xt != 0)
     x = np.einsum("gnd,gn->gd", B, np.einsum("gnk,gk->gn", U, coef))
     return value, x
+
+
+ROW_SPACE_MIN_DIM = 128   # d above which least-squares statistics start as rows (below: d × d from the start)
+
+
+class RowStats:
+    """The statistics A_g = B_gᵀB_g, v_g = B_gᵀz_g of G stacks of weighted rows, as rows while they are fewer than d.
+
+    Least squares over rows (√w_i a_i, √w_i y_i) needs only A = Σ w a aᵀ
+    (d × d) and v = Σ w a y. While a stack has n < d rows, the rows B
+    (n × d) are smaller and give the same minimum through the n × n Gram
+    K = BBᵀ (:func:`quadratic_min_rows`), and the same λ_max(A) = λ_max(K).
+    Three ways to hold the statistics:
+
+    * ``rows=True, sums=False`` (wide tables): the rows and K, kept up to
+      date block by block (O(n k d) for k new rows); when the rows reach d,
+      A = BᵀB and v = Bᵀz once (O(d³)) and the rows are dropped;
+    * ``rows=True, sums=True``: A and v from the start, and the rows too
+      while fewer than d, for cheaper solves (K formed at each solve);
+    * ``rows=False``: A and v only.
+
+    The callers add to A and v with their own sums (:meth:`add`), so a
+    d × d path adds in the order it always did.
+
+    Parameters
+    ----------
+    n_groups : int
+        G, the number of stacks (1 for the network, M for the clients); the
+        stacks share the row count (a zero row where a client was absent).
+    n_features : int
+        d.
+    rows, sums : bool
+        See above.
+    targets : bool
+        Keep z and v (False: A only, e.g. a second moment of the features).
+
+    Memory: G·n·(d + n) floats in row space (n < d), G·d² with A.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> s = RowStats(1, 3)
+    >>> s.add(2, rows=(np.array([[[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]]]), np.array([[1.0, 2.0]])))
+    >>> s.in_rows, s.n_rows, float(s.lam_max()[0])
+    (True, 2, 4.0)
+    >>> value, x = s.solve(np.array([7.0]))       # x = (1, 1, 0) fits both rows: ½(e − ‖z‖²) = 1
+    >>> float(value[0]), x[0].tolist()
+    (1.0, [1.0, 1.0, 0.0])
+    >>> s.add(1, rows=(np.array([[[0.0, 0.0, 3.0]]]), np.array([[3.0]])))   # 3 rows = d: A and v from now on
+    >>> s.in_rows, s.A[0].diagonal().tolist(), s.v[0].tolist()
+    (False, [1.0, 4.0, 9.0], [1.0, 4.0, 9.0])
+    """
+
+    def __init__(self, n_groups: int, n_features: int, rows: bool = True, sums: bool = False, targets: bool = True):
+        G, d = n_groups, n_features
+        self.G, self.d, self.targets = G, d, targets
+        self.n_rows = 0
+        self.B = self.z = self.K = self.A = self.v = None
+        self._gram = rows and not sums              # K kept up to date (else formed at each solve)
+        if rows:
+            self.B = np.zeros((G, 0, d))
+            self.z = np.zeros((G, 0)) if targets else None
+            self.K = np.zeros((G, 0, 0)) if self._gram else None
+        if sums or not rows:
+            self.A = np.zeros((G, d, d))
+            self.v = np.zeros((G, d)) if targets else None
+
+    @property
+    def in_rows(self) -> bool:
+        """Whether the rows are held (fewer than d of them): solves and λ_max go through them."""
+        return self.B is not None
+
+    @property
+    def wants_sums(self) -> bool:
+        """Whether :meth:`add` needs the block's sums (A is held)."""
+        return self.A is not None
+
+    def add(self, k: int, rows=None, sums=None) -> None:
+        """Add a block of k rows to every stack.
+
+        rows : (B (G, k, d), z (G, k) or None), needed while :attr:`in_rows`;
+        sums : (BᵀB (G, d, d), Bᵀz (G, d) or None), needed when
+        :attr:`wants_sums`. When the rows reach d and A is not held, A and v
+        are formed from all rows; the rows are dropped then.
+        """
+        if self.A is not None:
+            self.A += sums[0]
+            if self.targets:
+                self.v += sums[1]
+        if self.B is not None and k:
+            B, z = rows
+            n = self.n_rows
+            if n + k >= self.d:                   # A (d × d) is no bigger than the rows now
+                if self.A is None:
+                    Ball = np.concatenate([self.B, B], axis=1)
+                    self.A = np.matmul(Ball.transpose(0, 2, 1), Ball)
+                    if self.targets:
+                        self.v = np.einsum("gnd,gn->gd", Ball, np.concatenate([self.z, z], axis=1))
+                self.B = self.z = self.K = None
+            else:
+                if self._gram:
+                    cross = np.matmul(self.B, B.transpose(0, 2, 1))                   # (G, n, k)
+                    K = np.empty((self.G, n + k, n + k))
+                    K[:, :n, :n] = self.K
+                    K[:, :n, n:] = cross
+                    K[:, n:, :n] = cross.transpose(0, 2, 1)
+                    K[:, n:, n:] = np.matmul(B, B.transpose(0, 2, 1))
+                    self.K = K
+                self.B = np.concatenate([self.B, B], axis=1)
+                if self.targets:
+                    self.z = np.concatenate([self.z, z], axis=1)
+        self.n_rows += k
+
+    def add_weighted(self, X: np.ndarray, w: np.ndarray, y: np.ndarray | None = None) -> None:
+        """Add samples a_i (X (N, d)) with weights w_i ≥ 0 (N,) (and targets y (N,)) to a single stack (G = 1).
+
+        Rows √w_i a_i (√w_i y_i) of positive weight while the rows are held;
+        sums Xᵀ diag(w) X and Xᵀ(w y) while A is.
+        """
+        keep = w > 0
+        rows = sums = None
+        if self.in_rows:
+            sw = np.sqrt(w[keep])
+            rows = ((X[keep] * sw[:, None])[None], None if y is None else (sw * y[keep])[None])
+        if self.wants_sums:
+            sums = ((X.T @ (X * w[:, None]))[None], None if y is None else (X.T @ (w * y))[None])
+        self.add(int(np.count_nonzero(keep)), rows, sums)
+
+    def solve(self, e: np.ndarray, radius: float | None = None):
+        """min_{‖x‖ ≤ radius} ½ xᵀA_gx − v_gᵀx + ½e_g for every stack: (value (G,), x (G, d)).
+
+        :func:`quadratic_min`'s minimum and minimum-norm minimiser: through
+        the Gram while the rows are held (:func:`quadratic_min_rows`), else
+        by Cholesky where exact (:func:`quadratic_min_cholesky`), in batches
+        of at most 2²⁴ matrix entries.
+        """
+        G, d = self.G, self.d
+        if self.in_rows:
+            if self.n_rows == 0:
+                return 0.5 * np.asarray(e, dtype=float), np.zeros((G, d))
+            return quadratic_min_rows(self.B, self.z, e, radius, K=self.K)
+        per = max(1, min(G, (1 << 24) // max(1, d * d)))
+        value, x = np.empty(G), np.empty((G, d))
+        for i in range(0, G, per):
+            j = min(G, i + per)
+            value[i:j], x[i:j] = quadratic_min_cholesky(self.A[i:j], self.v[i:j], e[i:j], radius)
+        return value, x
+
+    def lam_max(self, scale: float = 1.0) -> np.ndarray:
+        """λ_max(A_g / scale) for every stack (G,): of the n × n Gram while the rows are held (the same
+        nonzero spectrum), else of A."""
+        if self.in_rows:
+            if self.n_rows == 0:
+                return np.zeros(self.G)
+            K = self.K if self.K is not None else np.matmul(self.B, self.B.transpose(0, 2, 1))
+            return np.linalg.eigvalsh(K / scale)[:, -1]
+        return np.linalg.eigvalsh(self.A / scale)[:, -1]
 
 
 def refresh_steps(t0: int, n: int, every: int, extra=()) -> list[int]:
@@ -199,22 +360,29 @@ class LeastSquaresHindsight:
 
     Tracks the network (weights c_{t,m}) and, when ``per_client``, each client
     alone (weight 1 per step it is present), through A = Σ c a aᵀ/b,
-    v = Σ c a y/b and e = Σ c y²/b (memory (M + 1) d² floats with clients,
-    d² without; constant in T).
+    v = Σ c a y/b and e = Σ c y²/b (:class:`RowStats`). With ``row_space``
+    (wide tables), each is held as its weighted rows while they are fewer
+    than d and as A, v after: memory min(N, d)·d floats for the network's N
+    rows, M·min(n, d)·d for the clients' n rows each; otherwise (M + 1) d²
+    floats with clients, d² without. Constant in T.
 
     Exact at the *refresh steps* (:func:`refresh_steps`: every step with
     ``refresh_every = 1``; otherwise t ≤ 16, powers of two, multiples of
     ``refresh_every``, and the ``extra`` steps such as checkpoints and T),
-    where min_{‖x‖≤D} ½ xᵀAx − vᵀx + ½e is solved (:func:`quadratic_min`).
-    In between, the value is *warm*: the exact minimum at the last refresh r
-    plus the losses Σ_{r<s≤t} f_s(x̂_r) of that refresh's minimiser — an upper
-    bound on the exact comparator loss (so a live regret that is a lower bound
-    on the exact one), exact again at the next refresh.
+    where min_{‖x‖≤D} ½ xᵀAx − vᵀx + ½e is solved (:func:`quadratic_min`'s
+    minimum and minimum-norm minimiser: through the n × n Gram in row space,
+    by Cholesky where exact after). In between, the value is *warm*: the
+    exact minimum at the last refresh r plus the losses Σ_{r<s≤t} f_s(x̂_r)
+    of that refresh's minimiser — an upper bound on the exact comparator loss
+    (so a live regret that is a lower bound on the exact one), exact again at
+    the next refresh.
 
-    Costs: Gram sums O(M b d²) per step (one batched matrix product per
-    segment between refreshes); warm values O(M b d) per step; an exact solve
+    Costs: in row space O(N k d) per k new rows (the Gram's new entries) and
+    O(N³ + N d) per exact solve; after, Gram sums O(M b d²) per step (one
+    batched matrix product per segment between refreshes) and an exact solve
     O((M + 1) d³) per refresh, i.e. O(M d³ / refresh_every) per step on
-    average after the first steps. None of it grows with T.
+    average after the first steps; warm values O(M b d) per step. None of it
+    grows with T.
 
     Parameters
     ----------
@@ -235,9 +403,25 @@ class LeastSquaresHindsight:
         other refresh steps only the network is solved (O(d³)) and the
         clients' values stay warm (upper bounds, as between refreshes).
     keep_rows : bool
-        While the clients have fewer than d rows, keep them (at most M d²
-        floats, as much as A) so that their exact solves go through the
-        n × n Gram; False: always from A (same values, more CPU at first).
+        Keep the clients' rows while they are fewer than d (at most M d²
+        floats), for solves through the n × n Gram; False: the clients' A
+        and v from the start (same values, more CPU at first).
+    row_space : bool or None
+        Hold the statistics as rows while they are fewer than d, and form
+        A and v only when the rows reach d (the network's, and the clients'
+        with ``keep_rows``): the memory and the solves of a wide table's
+        run then grow with its rows, not with d². False: A and v from the
+        start (the clients' first rows kept beside them with ``keep_rows``),
+        the same values to rounding. None (default): row space when
+        d > :data:`ROW_SPACE_MIN_DIM` (below it d × d statistics cost at
+        most 128 KB and a few milliseconds per solve).
+
+    Attributes
+    ----------
+    net : RowStats
+        The network's statistics (one stack).
+    clients : RowStats or None
+        The clients' (M stacks), None without ``per_client``.
 
     Examples
     --------
@@ -250,7 +434,8 @@ class LeastSquaresHindsight:
     """
 
     def __init__(self, n_clients: int, n_features: int, radius: float | None = None, refresh_every: int = 1,
-                 extra=(), per_client: bool = True, client_extra=None, keep_rows: bool = True):
+                 extra=(), per_client: bool = True, client_extra=None, keep_rows: bool = True,
+                 row_space: bool | None = None):
         M, d = n_clients, n_features
         self.M, self.d = M, d
         self.radius = radius
@@ -260,16 +445,18 @@ class LeastSquaresHindsight:
         # None: the clients are solved at every refresh step; else only at the multiples of refresh_every
         # and these steps (the network keeps every refresh step)
         self.client_extra = None if client_extra is None else sorted(int(t) for t in client_extra)
+        self.row_space = d > ROW_SPACE_MIN_DIM if row_space is None else bool(row_space)
         G = M + 1 if per_client else 1
-        self.A = np.zeros((G, d, d))
-        self.v = np.zeros((G, d))
+        # row space: the network's rows (√(c/b) a, √(c/b) y) while fewer than d, A and v after; the clients'
+        # likewise (√p a, √p y, a zero row where a client is absent). Otherwise the network's A and v from
+        # the start, and the clients' too, with their first rows kept beside for cheaper solves (keep_rows)
+        self.net = RowStats(1, d, rows=self.row_space)
+        self.clients = None
+        if per_client:
+            self.clients = RowStats(M, d, rows=keep_rows, sums=not (keep_rows and self.row_space))
         self.e = np.zeros(G)
         self.t = 0
         self.x = np.zeros((G, d))           # minimisers at the last refresh
-        # each client's weighted rows (√p a, √p y) while it has fewer than d of them: the exact solves of
-        # the first steps then go through the n × n Gram (:func:`quadratic_min_rows`), not d × d
-        self.rows = [] if (per_client and keep_rows) else None
-        self.n_rows = 0
         self.value = np.zeros(G)            # warm comparator values after step self.t
         self.refreshes = 0
         self.solved_at = None               # the last step after which every row was solved exactly
@@ -277,29 +464,28 @@ class LeastSquaresHindsight:
     def _absorb(self, X, y, c, p, cw):
         """Add a segment's statistics. X (n, M, b, d); p = present/b; cw = c/present."""
         n, M, b, d = X.shape
+        Ac = None
         if self.per_client:
             Xm = np.ascontiguousarray(X.transpose(1, 0, 2, 3)).reshape(M, n * b, d)
+            ym = np.ascontiguousarray(y.transpose(1, 0, 2)).reshape(M, n * b)
             w = np.repeat(p.T, b, axis=1)                                         # (M, n b)
-            Ac = np.matmul(Xm.transpose(0, 2, 1), Xm * w[..., None])              # (M, d, d)
-            vc = np.einsum("mi,mid->md", w * np.ascontiguousarray(y.transpose(1, 0, 2)).reshape(M, n * b), Xm)
             ec = np.einsum("nm,nmb->m", p, y * y)
-            if np.all(cw == cw[:1]):                     # the network's weights per client are fixed here
-                self.A[0] += np.einsum("m,mde->de", cw[0], Ac)
-                self.v[0] += cw[0] @ vc
+            rows = sums = None
+            if self.clients.in_rows:
+                sw = np.sqrt(w)
+                rows = (Xm * sw[..., None], sw * ym)
+            if self.clients.wants_sums:
+                Ac = np.matmul(Xm.transpose(0, 2, 1), Xm * w[..., None])          # (M, d, d)
+                vc = np.einsum("mi,mid->md", w * ym, Xm)
+                sums = (Ac, vc)
+            if Ac is not None and self.net.wants_sums and not self.net.in_rows and np.all(cw == cw[:1]):
+                # the network's weights per client are fixed here: its sums are the clients' weighted
+                self.net.add(0, sums=(np.einsum("m,mde->de", cw[0], Ac)[None], (cw[0] @ vc)[None]))
                 self.e[0] += float(cw[0] @ ec)
             else:
                 self._absorb_network(X, y, c)
-            self.A[1:] += Ac
-            self.v[1:] += vc
+            self.clients.add(n * b, rows, sums)
             self.e[1:] += ec
-            if self.rows is not None:
-                self.n_rows += n * b
-                if self.n_rows < d:
-                    sw = np.sqrt(w)
-                    self.rows.append((Xm * sw[..., None],
-                                      sw * np.ascontiguousarray(y.transpose(1, 0, 2)).reshape(M, n * b)))
-                else:
-                    self.rows = None            # from now on A has full size: Cholesky
         else:
             self._absorb_network(X, y, c)
 
@@ -307,8 +493,7 @@ class LeastSquaresHindsight:
         n, M, b, d = X.shape
         Xf = X.reshape(-1, d)
         w = np.repeat((c / b).reshape(-1), b)
-        self.A[0] += Xf.T @ (Xf * w[:, None])
-        self.v[0] += Xf.T @ (w * y.reshape(-1))
+        self.net.add_weighted(Xf, w, y.reshape(-1))      # rows of positive weight while fewer than d
         self.e[0] += float(w @ (y.reshape(-1) ** 2))
 
     def _step_losses(self, X, y, c, p):
@@ -322,26 +507,19 @@ class LeastSquaresHindsight:
         return net, clients
 
     def solve(self):
-        """Exact values now (G,) and the minimisers.
+        """Exact values now (G,) and the minimisers (G, d): the network's, then the clients'.
 
-        The network's and, once they have d rows or more, the clients' by
-        Cholesky where that is exact (:func:`quadratic_min_cholesky`, an
-        eigendecomposition otherwise); clients with fewer than d rows through
-        their n × n Gram (:func:`quadratic_min_rows`). Both give
-        :func:`quadratic_min`'s minimum and minimum-norm minimiser.
+        Each through its n × n Gram while it has fewer than d rows
+        (:func:`quadratic_min_rows`), by Cholesky where that is exact after
+        (:func:`quadratic_min_cholesky`, an eigendecomposition otherwise):
+        :func:`quadratic_min`'s minimum and minimum-norm minimiser either way
+        (:meth:`RowStats.solve`).
         """
-        G, d = self.A.shape[:2]
-        per = max(1, min(G, (1 << 24) // max(1, d * d)))
-        value, x = np.empty(G), np.empty((G, d))
-        if self.rows:
-            B = np.concatenate([r[0] for r in self.rows], axis=1)
-            z = np.concatenate([r[1] for r in self.rows], axis=1)
-            value[1:], x[1:] = quadratic_min_rows(B, z, self.e[1:], self.radius)
-            G = 1
-        for i in range(0, G, per):
-            j = min(G, i + per)
-            value[i:j], x[i:j] = quadratic_min_cholesky(self.A[i:j], self.v[i:j], self.e[i:j], self.radius)
-        return value, x
+        value0, x0 = self.net.solve(self.e[:1], self.radius)
+        if not self.per_client:
+            return value0, x0
+        value, x = self.clients.solve(self.e[1:], self.radius)
+        return np.concatenate([value0, value]), np.concatenate([x0, x])
 
     def update(self, X, y, c, present, t0: int | None = None):
         """Absorb a chunk; return the comparator loss after each step.
@@ -405,7 +583,7 @@ class LeastSquaresHindsight:
             self._absorb(X[sl], y[sl], c[sl], p[sl], cw[sl])
             if stop in refresh and sparse and stop not in client_refresh:
                 # the network alone; the clients keep their warm values and last minimisers
-                v0, x0 = quadratic_min_cholesky(self.A[:1], self.v[:1], self.e[:1], self.radius)   # as solve()
+                v0, x0 = self.net.solve(self.e[:1], self.radius)                                    # as solve()
                 self.value = np.concatenate([v0, cl_out[stop - 1]])
                 self.x[0] = x0[0]
                 self.refreshes += 1
@@ -433,9 +611,35 @@ class LeastSquaresHindsight:
         return net_out, cl_out
 
     def _refresh_bound(self):
-        """Keep what the warm steps' lower bound needs: the factor of A_r + νI, x̂·ν and the gradient so far."""
+        """Keep what the warm steps' lower bound needs: the factor of A_r + νI, x̂·ν and the gradient so far.
+
+        With the network's statistics held as its N < d rows B (row space), A_r = BᵀB is singular: the
+        bound needs ν > 0 (the ball binds), and (A_r + νI)⁻¹ = (I − Bᵀ(K + νI)⁻¹B)/ν (Woodbury) with
+        the N × N Gram K = BBᵀ, O(N d) per step instead of a d × d factor; with ν = 0 the bound is
+        −∞ (as where A_r + νI is singular otherwise).
+        """
         from scipy.linalg import cho_factor
-        A, v, x = self.A[0], self.v[0], self.x[0]
+        x = self.x[0]
+        self._bound_rows = None
+        if self.net.in_rows:
+            B, z = self.net.B[0], self.net.z[0]                  # (N, d), (N,)
+            r = B @ x - z
+            nu = 0.0
+            if self.radius is not None:
+                xx = float(x @ x)
+                if xx > 0:
+                    nu = max(0.0, -float((B @ x) @ r) / xx)       # x·(v − A x) = −(Bx)·(Bx − z)
+            self._bound_g = B.T @ r + nu * x
+            self._bound_chol = None
+            if nu > 0:
+                try:
+                    chol = cho_factor(self.net.K[0] + nu * np.eye(len(z)), lower=True, check_finite=False)
+                    if np.all(np.diag(chol[0]) > 0):
+                        self._bound_rows = (chol, B, nu)
+                except np.linalg.LinAlgError:
+                    pass
+            return
+        A, v = self.net.A[0], self.net.v[0]
         nu = 0.0
         if self.radius is not None:
             xx = float(x @ x)
@@ -454,13 +658,18 @@ class LeastSquaresHindsight:
         or where A_r + νI is singular."""
         n, M, b, d = X.shape
         chol = getattr(self, "_bound_chol", None)
-        if chol is None:
+        rows = getattr(self, "_bound_rows", None)
+        if chol is None and rows is None:
             return np.full(n, np.inf)
         from scipy.linalg import cho_solve
         r = (np.einsum("nmbd,d->nmb", X, self.x[0]) - y) * (c / b)[..., None]
         g = self._bound_g + np.cumsum(np.einsum("nmb,nmbd->nd", r, X), axis=0)
         self._bound_g = g[-1].copy()
-        sol = cho_solve(chol, g.T, check_finite=False)
+        if rows is not None:
+            cK, B, nu = rows
+            sol = (g.T - B.T @ cho_solve(cK, B @ g.T, check_finite=False)) / nu       # (A_r + νI)⁻¹ gᵀ
+        else:
+            sol = cho_solve(chol, g.T, check_finite=False)
         return 0.5 * np.einsum("dn,nd->n", sol, g)
 
 

@@ -54,10 +54,15 @@ in the run folder, and deleted by :meth:`finalize`):
   per step; κ once per distinct optimum norm; σ² by the 2-D quadrature on 8
   rotating clients every 64th step (:data:`NOISE_EVERY`,
   :data:`NOISE_CLIENTS`), O(d) per step on average;
-* least-squares static comparator: Gram sums O(M b d²) per step (one matrix
-  product per segment), warm values O(M b d), an exact solve O(M d³) every
-  ``refresh_every`` steps (:class:`LeastSquaresHindsight`); per-client d×d
-  statistics only within ``memory_budget_mb``;
+* least-squares static comparator: while the network (or a client) has
+  N < d samples, its rows and their N × N Gram, O(N M b d) per step and an
+  exact solve O(N³ + N d); after, Gram sums O(M b d²) per step (one matrix
+  product per segment), an exact solve O(M d³) every ``refresh_every``
+  steps (:class:`LeastSquaresHindsight`); warm values O(M b d); per-client
+  statistics only within ``memory_budget_mb``
+  (:func:`client_statistics_plan`);
+* the smoothness L of real data: λ_max of the features' second moment, from
+  the same rows (N × N) or d × d statistics, once per chunk;
 * logistic/softmax static comparator: reservoir refits every ``refit_every``
   steps (1024 by default; L-BFGS over R samples, warm-started), spool writes
   O(M b d) per step; at the end one
@@ -82,7 +87,7 @@ import numpy as np
 from .bracket import LogisticBracket, solve_clients
 from .fastquad import kappa_unique, softplus_mean
 from ..models.losses import get_loss
-from .comparators import (CLIENT_NEWTON_MAX_DIM, LeastSquaresHindsight, is_refit_step,
+from .comparators import (CLIENT_NEWTON_MAX_DIM, ROW_SPACE_MIN_DIM, LeastSquaresHindsight, RowStats, is_refit_step,
                           quadratic_min, quadratic_min_cholesky, quadratic_min_rows, refit_points, solve_hindsight,
                           solve_hindsight_clients)
 from .heterogeneity import RunningMean, client_losses, empirical_estimates, population_estimates, running_sum
@@ -116,6 +121,42 @@ def client_columns_plan(n_clients: int, requested: bool, limit: int) -> tuple[bo
                    f"output.client_columns_max = {limit:,} (up to 5 columns per client and step); each client's "
                    f"final cumulative loss, steps and regrets are in summary.json (client_cum_loss, "
                    f"client_steps, client_regret)")
+def client_statistics_plan(n_clients: int, n_features: int, n_steps: int, batch_size: int, budget_mb: float,
+                           row_space: bool = True) -> tuple[bool, bool, str | None]:
+    """Whether a least-squares run keeps per-client statistics, whether with their first rows, and the note when not.
+
+    Each client sees n = T·b rows at most. In row space (wide tables) with
+    n < d its statistics stay its rows (and their n × n Gram) all run:
+    M·n·(d + n + 1) floats. Otherwise they are d × d: (M + 1)·d² floats with
+    the network's, and the first rows, kept for cheaper solves until they
+    reach d, double that at most. Kept within ``budget_mb``
+    (``tracker.memory_budget_mb``). Returns (per_client, keep_rows, note or
+    None); the note is the run's ``tracker_notes`` wording.
+
+    >>> client_statistics_plan(8, 5000, 8, 1, 512)       # 8 rows each: 2.5 MB of rows, no d × d
+    (True, True, None)
+    >>> client_statistics_plan(8, 2000, 3000, 1, 512)    # 9 · 2000² floats = 275 MB; with the rows beside, 549
+    (True, False, None)
+    >>> client_statistics_plan(8, 5000, 6000, 1, 512)[2]
+    'per-client static regret skipped: the per-client d×d statistics need 1717 MB, more than tracker.memory_budget_mb = 512; the network comparator is exact (190.7 MB)'
+    """
+    M, d, n = n_clients, n_features, n_steps * batch_size
+    if row_space and n < d:
+        need = M * n * (d + n + 1) * 8 / 2**20
+        what = f"per-client statistics (each client's {n} rows, fewer than d = {d})"
+        keep_rows = True
+    else:
+        need = (M + 1) * d * d * 8 / 2**20
+        what = "per-client d×d statistics"
+        keep_rows = 2 * need <= budget_mb
+    network = (min(n * M, d) if row_space else d) * d * 8 / 2**20
+    if need <= budget_mb:
+        return True, keep_rows, None
+    return False, False, (f"per-client static regret skipped: the {what} need {need:.0f} MB, more than "
+                          f"tracker.memory_budget_mb = {budget_mb:g}; the network comparator is exact "
+                          f"({network:.1f} MB)")
+
+
 CLIENT_SOLVE_FLOPS = 1e8    # least squares: per-client exact solves at every refresh step up to M·d³ of this
 CLIENT_GATHER_BYTES = 256 * 2**20   # finalize: a client's recorded features read once per solve up to this size
 
@@ -318,7 +359,6 @@ class RegretTracker:
         self.client_steps = np.zeros(self.M)
         self.state = LiveState()
         self.total_weight = 0.0
-        self.second_moment = np.zeros((self.d, self.d))
         self._data_smoothness = getattr(self.population, "smoothness", None) is None
         T = self.T = stream.n_steps
         self.checkpoints = set(np.unique(np.geomspace(max(1, T / 2**15), T, 16).astype(int)).tolist())
@@ -329,22 +369,20 @@ class RegretTracker:
         self.client_hindsight_max = int(client_hindsight_max)
         self.notes = []
         if self.task == "least_squares":
-            need = (self.M + 1) * self.d * self.d * 8 / 2**20
-            per_client = need <= self.memory_budget_mb
-            if not per_client:
-                self.notes.append(
-                    f"per-client static regret skipped: the per-client d×d statistics need {need:.0f} MB, "
-                    f"more than tracker.memory_budget_mb = {self.memory_budget_mb:g}; the network comparator "
-                    f"is exact ({self.d * self.d * 8 / 2**20:.1f} MB)")
-            # the clients' exact solves cost (M + 1)·d³ each: above CLIENT_SOLVE_FLOPS they are made only every
-            # refresh_every steps and at T (the network keeps every refresh step); the live method says so.
-            # The clients' first rows (fewer than d each: at most M d² floats more, while t b < d) are kept
-            # for cheaper exact solves only if they fit in the budget too
-            self.client_sparse = per_client and self.refresh_every > 1 and self.M * self.d ** 3 > CLIENT_SOLVE_FLOPS
+            row_space = self.d > ROW_SPACE_MIN_DIM
+            per_client, keep_rows, why = client_statistics_plan(self.M, self.d, T, self.b, self.memory_budget_mb,
+                                                                row_space)
+            if why is not None:
+                self.notes.append(why)
+            # the clients' exact solves cost M·d³ each (M·d·n² in row space while each client has n < d rows):
+            # above CLIENT_SOLVE_FLOPS they are made only every refresh_every steps and at T (the network keeps
+            # every refresh step); the live method says so
+            self.client_solve_flops = self.M * self.d * min(self.d, T * self.b if row_space else self.d) ** 2
+            self.client_sparse = per_client and self.refresh_every > 1 and self.client_solve_flops > CLIENT_SOLVE_FLOPS
             self.hindsight = LeastSquaresHindsight(self.M, self.d, radius, refresh_every=self.refresh_every,
                                                    extra=sorted(self.checkpoints | {T}), per_client=per_client,
                                                    client_extra=[T] if self.client_sparse else None,
-                                                   keep_rows=2 * need <= self.memory_budget_mb)
+                                                   keep_rows=keep_rows, row_space=row_space)
             self.reservoir = None
         else:
             self.hindsight = None
@@ -361,6 +399,12 @@ class RegretTracker:
             self.reservoir = True            # the solver path (see _solver_update); the reservoir estimate is gone
             self.solver_x, self.solver_value, self.solver_low = np.zeros(self.d * self.K), 0.0, 0.0
             self.solver_exact = {}
+        # L from the data: λ_max of the second moment Σ (c/b) a aᵀ of the features; on wide tables held as its
+        # rows while they are fewer than d (:class:`RowStats`), d × d otherwise
+        self._moment = None
+        if self._data_smoothness:
+            self._moment = RowStats(1, self.d, rows=self.d > ROW_SPACE_MIN_DIM, targets=False)
+        self._lam = None                    # λ_max of the second moment, cached until it changes
         self.spool = None
         if self.reservoir is not None:
             self.spool_dir = spool_dir or tempfile.mkdtemp(prefix="streamfl-spool-")
@@ -476,8 +520,8 @@ class RegretTracker:
         client_cum = running_sum(self.client_cum, losses[self.main])
         self.client_cum = client_cum[-1].copy()
         if self._data_smoothness:            # L from the data (a synthetic population knows its own)
-            Xf = chunk.X.reshape(-1, self.d)
-            self.second_moment += Xf.T @ (Xf * np.repeat((c / self.b).reshape(-1), self.b)[:, None])
+            self._lam = None
+            self._moment.add_weighted(chunk.X.reshape(-1, self.d), np.repeat((c / self.b).reshape(-1), self.b))
         self.total_weight += float(c.sum())
 
         # realised static regret: the live estimate of the comparator with its certified bounds, and its exact
@@ -817,7 +861,8 @@ class RegretTracker:
                     f"checkpoints and T; in between a Newton step from the last exact minimiser, with a certified "
                     f"interval (regret_static_lower/_upper: the last minimiser's loss above, a Lagrangian bound below)")
             if getattr(self, "client_sparse", False):
-                text += (f"; per client exact only every {k} steps and at T (M·d³ = {self.M * self.d ** 3:.2g} "
+                cost = "M·d³" if self.client_solve_flops == self.M * self.d ** 3 else "M·d·(T b)²"
+                text += (f"; per client exact only every {k} steps and at T ({cost} = {self.client_solve_flops:.2g} "
                          f"> {CLIENT_SOLVE_FLOPS:.0e} per solve), the last exact minimiser's loss in between")
             return text
         if self.bracket is not None:
@@ -843,7 +888,9 @@ class RegretTracker:
             return float(L)
         if self.total_weight <= 0:
             return math.nan
-        lam = float(np.linalg.eigvalsh(self.second_moment / max(self.total_weight, 1e-300))[-1])
+        if self._lam is None:                # once per chunk, however often it is asked for
+            self._lam = float(self._moment.lam_max(max(self.total_weight, 1e-300))[0])
+        lam = self._lam
         return {"least_squares": lam, "logistic": lam / 4, "softmax": lam / 2}[self.task]
 
     def estimator(self) -> str:
