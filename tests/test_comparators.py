@@ -114,3 +114,53 @@ def test_least_squares_hindsight_same_values_with_and_without_the_first_rows():
             for keep in (True, False)]
     np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-10)
     np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("radius", [None, 0.3])
+def test_row_space_comparator_equals_the_d_by_d_one_on_wide_data(radius):
+    # wide data: the clients keep fewer rows than features all run (18 < 40), the network's rows pass d at
+    # step 7 (42 > 40: A formed from the rows then); clients absent at some steps, unequal network weights,
+    # two chunks. Row space against A and v from the start: values after every step and the minimisers
+    rng = np.random.default_rng(11)
+    n, M, b, d = 9, 3, 2, 40
+    X, y = rng.standard_normal((n, M, b, d)), rng.standard_normal((n, M, b))
+    present = np.ones((n, M), bool)
+    present[2:4, 1] = False
+    present[5, 0] = False
+    c = np.where(present, 1.0 / present.sum(axis=1, keepdims=True), 0.0)
+    wide = LeastSquaresHindsight(M, d, radius, row_space=True)
+    square = LeastSquaresHindsight(M, d, radius, row_space=False, keep_rows=False)
+    assert (wide.net.in_rows, wide.clients.in_rows, square.net.in_rows, square.clients.in_rows) == (
+        True, True, False, False)
+    nets = []
+    for part in (slice(0, 4), slice(4, n)):
+        args = X[part], y[part], c[part], present[part]
+        (net_w, cl_w), (net_s, cl_s) = wide.update(*args), square.update(*args)
+        np.testing.assert_allclose(net_w, net_s, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(cl_w, cl_s, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(wide.x, square.x, rtol=1e-8, atol=1e-10)
+        nets.append(net_w)
+    assert not wide.net.in_rows and wide.clients.in_rows          # the network switched, the clients did not
+    net = np.concatenate(nets)
+    if radius is None:
+        # against numpy: the network's rows √(c/b) a, √(c/b) y up to step t (0 while they interpolate)
+        for t in (3, 6, 7, 9):
+            w = np.sqrt(np.repeat(c[:t, :, None], b, axis=2) / b).reshape(-1)
+            A, z = X[:t].reshape(-1, d) * w[:, None], y[:t].reshape(-1) * w
+            sol, *_ = np.linalg.lstsq(A, z, rcond=None)
+            np.testing.assert_allclose(net[t - 1], 0.5 * np.sum((A @ sol - z) ** 2), rtol=1e-9, atol=1e-12)
+        assert net[5] == pytest.approx(0.0, abs=1e-12) and net[8] > 0.1
+    else:
+        assert np.all(np.linalg.norm(wide.x, axis=1) <= radius * (1 + 1e-12))
+    # λ_max of A from the rows' Gram and from A
+    assert wide.clients.lam_max() == pytest.approx(np.linalg.eigvalsh(square.clients.A)[:, -1], rel=1e-12)
+    assert wide.net.lam_max()[0] == pytest.approx(np.linalg.eigvalsh(square.net.A[0])[-1], rel=1e-12)
+
+
+def test_row_space_is_the_default_above_128_features_only():
+    assert not LeastSquaresHindsight(2, 128).row_space and LeastSquaresHindsight(2, 129).row_space
+    # a wide network with rows of weight 0 (absent clients) keeps only the others
+    h = LeastSquaresHindsight(2, 200, per_client=False)
+    X = np.ones((1, 2, 3, 200))
+    h.update(X, np.ones((1, 2, 3)), np.array([[1.0, 0.0]]), np.array([[True, False]]))
+    assert h.net.B.shape == (1, 3, 200) and h.net.K.shape == (1, 3, 3) and h.net.A is None
