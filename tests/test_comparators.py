@@ -164,3 +164,28 @@ def test_row_space_is_the_default_above_128_features_only():
     X = np.ones((1, 2, 3, 200))
     h.update(X, np.ones((1, 2, 3)), np.array([[1.0, 0.0]]), np.array([[True, False]]))
     assert h.net.B.shape == (1, 3, 200) and h.net.K.shape == (1, 3, 3) and h.net.A is None
+
+
+def test_row_space_lower_bound_between_refreshes_equals_the_d_by_d_one():
+    # warm steps 17..29 with the network's 34..58 rows still fewer than d = 80: the Lagrangian lower bound
+    # through the rows' Gram (Woodbury) equals the d × d factor's when the ball binds (ν > 0); with ν = 0,
+    # A_r is singular and the bound is −∞ (no d × d factorisation attempted)
+    rng = np.random.default_rng(12)
+    n, M, b, d = 30, 2, 1, 80
+    X, y = rng.standard_normal((n, M, b, d)), rng.standard_normal((n, M, b))
+    c, present = np.full((n, M), 1 / M), np.ones((n, M), bool)
+    kw = dict(refresh_every=1024, extra=[30])
+    wide = LeastSquaresHindsight(M, d, 0.2, row_space=True, **kw)
+    square = LeastSquaresHindsight(M, d, 0.2, row_space=False, keep_rows=False, **kw)
+    (net_w, _), (net_s, _) = wide.update(X, y, c, present), square.update(X, y, c, present)
+    assert wide.net.in_rows and wide._bound_rows is not None and square._bound_chol is not None
+    np.testing.assert_allclose(net_w, net_s, rtol=1e-10)
+    warm = ~wide.network_exact
+    assert warm.sum() == 13 and np.all(np.isfinite(wide.network_lower))
+    np.testing.assert_allclose(wide.network_lower, square.network_lower, rtol=1e-9)
+    np.testing.assert_allclose(wide.network_estimate, square.network_estimate, rtol=1e-9)
+    assert np.all(wide.network_lower[warm] < net_w[warm])
+    free = LeastSquaresHindsight(M, d, None, row_space=True, **kw)
+    free.update(X, y, c, present)
+    assert np.all(free.network_lower[warm] == -np.inf)
+    assert np.all(np.abs(free.network_lower[~warm]) < 1e-12)                 # exact: 0, the rows interpolate
