@@ -846,10 +846,14 @@ def _solve_group(X, y, w, theta, precond, gtol, memory, max_passes):
         Pinv = np.linalg.inv(H + ridge[:, None, None] * np.eye(d))                   # (G, d, d)
         scale = np.ones(M)
     else:
-        Pinv = np.eye(d) if precond is None else np.linalg.pinv(precond, hermitian=True)
+        # no preconditioner: the identity, applied as such (the same numbers as a product with a d × d
+        # identity, without its d² floats, 200 MB at d = 5,000, and O(d²) per client and pass)
+        Pinv = None if precond is None else np.linalg.pinv(precond, hermitian=True)
         scale = np.where(weight > 0, 1.0 / np.maximum(weight, 1e-300), 0.0)     # H0⁻¹ = Pinv / W_m
 
     def h0(v, idx):
+        if Pinv is None:
+            return v * scale[idx, None]
         if Pinv.ndim == 3:
             return np.einsum("nde,ne->nd", Pinv[idx], v)
         return (v @ Pinv) * scale[idx, None]
