@@ -1130,7 +1130,8 @@ class RegretTracker:
                     # all clients at once by L-BFGS preconditioned by each client's Hessian at the network's
                     # comparator (one pass of batched products, then O(N d) per pass); the rest one by one
                     xs, vals, ok = solve_clients(step_blocks, self.M, self.d, x0=x,
-                                                 precond="clients" if self.M * self.d ** 2 * 8 <= 2**28 else None)
+                                                 precond="clients" if (self.M * self.d ** 2 * 8 <= 2**28
+                                                                      and st.t * self.b >= self.d) else None)
                     if self.radius is not None:
                         ok &= np.linalg.norm(xs, axis=1) <= self.radius
                     cl[ok] = vals[ok]
