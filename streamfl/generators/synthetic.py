@@ -49,7 +49,6 @@ from __future__ import annotations
 from typing import Iterator, Sequence
 
 import numpy as np
-from scipy.special import expit
 
 from .base import Chunk, Stream
 from .population import DiracLeastSquares, LeastSquaresPopulation, LogisticPopulation
@@ -300,6 +299,7 @@ class SyntheticStream(Stream):
                     eps = rng_y.standard_normal(eshape)
                 y = z + (self.noises[None, :, None] if self._noisy else float(self.noises[0])) * eps
             else:
+                from scipy.special import expit     # here: a least-squares stream never imports scipy.special
                 y = (rng_y.random((n, M, b)) < expit(z)).astype(np.float64)
             yield Chunk(t0=t0, X=np.ascontiguousarray(X), y=y, optimum=None if dirac else optimum,
                         scale=scale if self._scaled and not dirac else None,

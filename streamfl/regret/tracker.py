@@ -78,6 +78,7 @@ from .comparators import (CLIENT_NEWTON_MAX_DIM, LeastSquaresHindsight, Reservoi
                           solve_hindsight_clients)
 from .heterogeneity import RunningMean, client_losses, empirical_estimates, population_estimates
 from .regime import RegimeTerms, literal_condition
+from .rows import Rows, deliver
 
 
 NOISE_EVERY, NOISE_CLIENTS = 64, 8   # logistic σ²: every 64th step, on 8 rotating clients (quadrature cost)
@@ -214,30 +215,6 @@ def loss_columns(cols: dict, c: np.ndarray, losses: dict, learners, main: str, t
             cols[f"cum_loss_{name}"] = cum[name]
             cols[f"gap_{name}"] = cum[main] - cum[name]
     return net, cum
-
-
-def _frame(cols: dict, n: int) -> "pandas.DataFrame":
-    """``pd.DataFrame(cols)`` (same columns, order and dtypes), built from one float64 block.
-
-    The float columns (hundreds with per-client columns) are stacked into one
-    (n, C) array and the others inserted at their places: pandas' column-by-
-    column construction cost more than the rest of a chunk's bookkeeping.
-    """
-    import pandas as pd   # here, not at import: pandas costs ~0.3 s of start-up before the first step
-    names = list(cols)
-    arrays = [np.asarray(cols[k]) for k in names]
-    floats = [i for i, a in enumerate(arrays) if a.dtype == np.float64 and a.shape == (n,)]
-    if len(floats) < 2:
-        return pd.DataFrame(cols)
-    block = np.empty((n, len(floats)))
-    for j, i in enumerate(floats):
-        block[:, j] = arrays[i]
-    frame = pd.DataFrame(block, columns=[names[i] for i in floats], copy=False)
-    fl = set(floats)
-    for i in range(len(names)):
-        if i not in fl:
-            frame.insert(i, names[i], arrays[i])
-    return frame
 
 
 def _cumsum_steps(a: np.ndarray) -> np.ndarray:
@@ -384,6 +361,7 @@ class RegretTracker:
             self.regime.noise_missing = (f"the population σ² of a logistic stream is evaluated every "
                                          f"{NOISE_EVERY}th step (a quadrature): none before step {NOISE_EVERY}")
         self.client_last_step = np.zeros(self.M, dtype=np.int64)
+        self._names = {}
         # how each population regret is known; the live view, summary.json and the
         # README's metrics.csv columns say the same
         if self.population is None:
@@ -547,30 +525,37 @@ class RegretTracker:
         self.client_steps = client_steps[-1].copy()
         seen = present.any(axis=0)
         self.client_last_step[seen] = ts[n - 1 - np.argmax(present[::-1], axis=0)][seen]
-        if self.client_columns:
+        frame = Rows(n)
+        frame.add_columns(cols)
+        if self.client_columns:          # one (n, M) block per quantity, not M columns one by one
             with np.errstate(invalid="ignore", divide="ignore"):
                 client_avg = np.where(client_steps > 0, client_cum / np.maximum(client_steps, 1), np.nan)
-            for m in range(self.M):
-                cols[f"client{m}_cum_loss"] = client_cum[:, m]
-                cols[f"client{m}_avg_loss"] = client_avg[:, m]
-            for label, values in (("static", client_regret), ("expected", client_expected),
-                                  ("dynamic", client_dynamic)):
+            # client<m>_cum_loss, client<m>_avg_loss for m = 0, 1, … (interleaved), then each regret's M columns
+            frame.add_group(self._client_names("cum_loss", "avg_loss"),
+                            np.stack([client_cum, client_avg], axis=2).reshape(n, 2 * self.M))
+            for label, values in (("regret_static", client_regret), ("regret_expected", client_expected),
+                                  ("regret_dynamic", client_dynamic)):
                 if values is not None:
-                    for m in range(self.M):
-                        cols[f"client{m}_regret_{label}"] = values[:, m]
+                    frame.add_group(self._client_names(label), values)
         self.client_last = {"static": None if client_regret is None else client_regret[-1].copy(),
                             "expected": None if client_expected is None else client_expected[-1].copy(),
                             "dynamic": None if client_dynamic is None else client_dynamic[-1].copy()}
         if comm is None:
             comm, self._comm = getattr(self, "_comm", None), None
         if comm is not None:
-            cols["bytes_up"], cols["bytes_down"] = comm
+            frame.add("bytes_up", comm[0])
+            frame.add("bytes_down", comm[1])
             self.state.bytes_up, self.state.bytes_down = int(comm[0][-1]), int(comm[1][-1])
-        frame = _frame(cols, n)
         self._refresh_state(frame, int(present.sum()) * self.b)
-        if self.sink is not None:
-            self.sink(frame)
+        deliver(self.sink, frame)
         return frame
+
+    def _client_names(self, *labels: str) -> list[str]:
+        """``client<m>_<label>`` for m = 0..M−1 and each label in turn per client (made once per labels)."""
+        names = self._names.get(labels)
+        if names is None:
+            names = self._names[labels] = [f"client{m}_{label}" for m in range(self.M) for label in labels]
+        return names
 
     def _regime_update(self, ts, flag_noise, het, ell, L):
         """Absorb the chunk into the regime terms; cumulative sides per step (loss units)."""
@@ -713,7 +698,7 @@ class RegretTracker:
         self.spool["t"].write(np.repeat(ts, M * b).astype(np.int64))
 
     def _refresh_state(self, frame, samples):
-        last = frame.iloc[-1]
+        last = frame.last()
         st = self.state
         st.t = int(last["t"])
         st.samples += samples

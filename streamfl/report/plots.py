@@ -53,6 +53,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator
 
+from .labels import main_label  # noqa: F401  (re-exported: plots and the CLI name the main learner alike)
+
 __all__ = [
     "MAX_POINTS",
     "MAX_CLIENTS",
@@ -222,18 +224,6 @@ def _fmt(x: Any) -> str:
 def _config(summary: Mapping | None) -> dict:
     cfg = (summary or {}).get("config")
     return cfg if isinstance(cfg, dict) else {}
-
-
-def main_label(summary: Mapping | None) -> str:
-    """How plots and the CLI name a run's main learner: FedSEA, FedNCF (streaming GMF), FedSubAvg or FedAvg
-    (streaming sparse logistic, by ``learner.sparse.rule``)."""
-    summary = summary or {}
-    model = summary.get("model")
-    if model == "gmf":
-        return "FedNCF"
-    if model == "sparse_logistic":
-        return "FedSubAvg" if summary.get("rule") == "fedsubavg" else "FedAvg"
-    return "FedSEA"
 
 
 def _run_name(summary: Mapping | None) -> str:
