@@ -252,9 +252,10 @@ class RegretTracker:
         All learner names, ``main`` included; the others are baselines.
     radius : float or None
         D, the comparator set X = {‖x‖ ≤ D} (same as the learners' projection).
-    sink : callable(DataFrame) or None
+    sink : RowsSink, callable(DataFrame) or None
         Receives the per-step rows of every chunk (columns documented in
-        :meth:`update`).
+        :meth:`update`): as :class:`~streamfl.regret.rows.Rows` if it is a
+        :class:`~streamfl.regret.rows.RowsSink` (the metrics file), else as a DataFrame.
     spool_dir : str or None
         Where to record the realised stream for the exact end-of-run
         comparator of non-quadratic losses (deleted by :meth:`finalize`).
@@ -394,7 +395,8 @@ class RegretTracker:
 
         Returns
         -------
-        DataFrame with one row per step:
+        :class:`~streamfl.regret.rows.Rows` with one row per step (``.frame()`` gives the DataFrame; the
+        sink receives the Rows if it is a :class:`~streamfl.regret.rows.RowsSink`, else the DataFrame):
 
         * ``t``, ``loss`` (network loss of the main learner), ``cum_loss``,
           ``cum_loss_<baseline>``, ``gap_<baseline>``;
