@@ -508,3 +508,34 @@ def test_hindsight_sums_per_client_equal_each_client_solved_alone():
         x, v = alone.solve()
         np.testing.assert_allclose(v[0], v_all[m], rtol=1e-13)
         np.testing.assert_allclose(x[0], x_all[m], rtol=1e-10, atol=1e-15)
+
+
+def test_quantities_from_shared_norms_and_distances_equal_the_direct_ones():
+    # The tracker computes ‖w‖ and ‖x − w‖² once per chunk and hands them to F, σ², u_t and the hindsight
+    # sums; every such shortcut must give exactly what the method computes on its own.
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((6, 4, 3)), rng.standard_normal((6, 4, 3))
+    s, nz = rng.uniform(0.5, 2.0, (6, 4)), rng.uniform(0.1, 1.0, (6, 4))
+    ls = LeastSquaresPopulation(3, noise=0.7, kurtosis=4.5)
+    d2 = ls.sqdist(x, w)
+    assert np.array_equal(ls.loss_of_sqdist(d2, s, nz), ls.loss(x, w, s, nz))
+    assert np.array_equal(ls.grad_noise_of_sqdist(d2, s, nz), ls.grad_noise(x, w, s, nz))
+    lg = LogisticPopulation(3)
+    nw = np.sqrt(np.einsum("...d,...d->...", w, w))
+    assert np.array_equal(lg.minimize_mean(w, w_norm=nw), lg.minimize_mean(w))
+    assert np.array_equal(lg.minimize_mean(w, scale=s, weights=s / s.sum(1, keepdims=True), w_norm=nw),
+                          lg.minimize_mean(w, scale=s, weights=s / s.sum(1, keepdims=True)))
+    u = rng.standard_normal((6, 3))
+    ub = np.broadcast_to(u[:, None, :], w.shape)
+    un = np.broadcast_to(np.sqrt(np.einsum("nd,nd->n", u, u))[:, None], (6, 4))
+    assert np.array_equal(lg.curvature(ub, scale=s, x_norm=un), lg.curvature(ub, scale=s))
+    a, b = lg.running_sums(per_client=True), lg.running_sums(per_client=True)
+    a.absorb(w, np.ones((6, 4)), s, nw)
+    b.absorb(w, np.ones((6, 4)), s)
+    assert np.array_equal(a.solve()[1], b.solve()[1])
+    # σ²: repeated points are computed once and remembered; the values are those of a fresh population
+    xs = np.concatenate([x[:2], x[:2]])
+    ws = np.concatenate([w[:2], w[:2]])
+    first, again = lg.grad_noise(xs, ws), lg.grad_noise(xs, ws)
+    fresh = LogisticPopulation(3).grad_noise(x[:2], w[:2])
+    assert np.array_equal(first, again) and np.array_equal(first[:2], fresh) and np.array_equal(first[2:], fresh)

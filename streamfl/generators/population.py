@@ -350,6 +350,8 @@ class _Population:
     _name = "_Population"
 
     _curvature_max = 1.0      # sup of the Hessian's eigenvalues per unit s²
+    #: whether ``grad_coefficients`` (∇F = α x − β w) ignores ‖x‖ and ‖w‖ (callers may then skip the norms)
+    norm_free_gradient = False
 
     def __init__(self, dim, feature_scale, max_feature_scale=None):
         self._dim = _check_int(self._name, "dim", dim, 1)
@@ -469,6 +471,7 @@ class LeastSquaresPopulation(_Population):
     """
 
     _name = "LeastSquaresPopulation"
+    norm_free_gradient = True          # ∇F(x) = s²(x − w)
 
     def __init__(self, dim: int, feature_scale: float = 1.0, noise: float = 1.0, kurtosis: float = 3.0,
                  max_feature_scale: float | None = None):
@@ -507,10 +510,27 @@ class LeastSquaresPopulation(_Population):
         ValueError
             If the last axis of x or w is not d.
         """
+        return self.loss_of_sqdist(self.sqdist(x, w), scale, noise)
+
+    def sqdist(self, x, w) -> np.ndarray:
+        """‖x − w‖² (leading dimensions broadcast), the one quantity :meth:`loss` and :meth:`grad_noise` need.
+
+        Computing it once lets a caller that wants both (the tracker: F and σ² at the same points) make one
+        pass over the (…, d) arrays instead of two; the values are the same.
+
+        Raises
+        ------
+        ValueError
+            If the last axis of x or w is not d.
+        """
         x, w = self._xw(x, w)
         dl = x - w
+        return np.einsum("...i,...i->...", dl, dl)
+
+    def loss_of_sqdist(self, sqdist, scale=None, noise=None) -> np.ndarray:
+        """F = ½ s² ‖x − w‖² + ½ σ² from ``sqdist`` = ‖x − w‖² (:meth:`sqdist`); shape of the broadcast inputs."""
         s, n = self._s(scale), self._n(noise)
-        return 0.5 * s ** 2 * np.einsum("...i,...i->...", dl, dl) + 0.5 * n ** 2
+        return 0.5 * s ** 2 * sqdist + 0.5 * n ** 2
 
     def grad(self, x, w, scale=None) -> np.ndarray:
         """Population gradient ∇F(x) = s² (x − w).
@@ -570,10 +590,12 @@ class LeastSquaresPopulation(_Population):
         ValueError
             If the last axis of x or w is not d.
         """
-        x, w = self._xw(x, w)
+        return self.grad_noise_of_sqdist(self.sqdist(x, w), scale, noise)
+
+    def grad_noise_of_sqdist(self, sqdist, scale=None, noise=None) -> np.ndarray:
+        """The gradient noise of :meth:`grad_noise` from ``sqdist`` = ‖x − w‖² (:meth:`sqdist`)."""
         s2, d, n = self._s(scale) ** 2, self._dim, self._n(noise)
-        dl = x - w
-        return s2 * s2 * (self.kurtosis + d - 2) * np.einsum("...i,...i->...", dl, dl) + n ** 2 * s2 * d
+        return s2 * s2 * (self.kurtosis + d - 2) * sqdist + n ** 2 * s2 * d
 
     def hessian(self, x, w, scale=None) -> np.ndarray:
         """Population Hessian ∇²F(x) = s² I.
@@ -599,13 +621,14 @@ class LeastSquaresPopulation(_Population):
         out[..., np.arange(d), np.arange(d)] = s2 if scale is None else np.broadcast_to(s2, x.shape[:-1])[..., None]
         return out
 
-    def curvature(self, x, scale=None) -> np.ndarray:
+    def curvature(self, x, scale=None, x_norm=None) -> np.ndarray:
         """Mean eigenvalue of ∇²F at x, tr(∇²F(x))/d = s² (loss units per squared model unit).
 
         Parameters
         ----------
         x : array_like, shape (..., d)
         scale : array_like, shape (...), optional
+        x_norm : ignored (the curvature of a quadratic does not depend on x); accepted as the logistic's.
 
         Returns
         -------
@@ -614,7 +637,7 @@ class LeastSquaresPopulation(_Population):
         x = np.asarray(x, dtype=np.float64)
         return np.broadcast_to(self._s(scale) ** 2, x.shape[:-1]).astype(np.float64)
 
-    def minimize_mean(self, w, x0=None, radius=None, scale=None, weights=None) -> np.ndarray:
+    def minimize_mean(self, w, x0=None, radius=None, scale=None, weights=None, w_norm=None) -> np.ndarray:
         """Per-step optimum u_t = argmin_{‖x‖ ≤ radius} Σ_m c_m F(x, w[t, m]).
 
         A sum of isotropic quadratics is ½ (Σ c s²) ‖x − w̄‖² + const with
@@ -633,6 +656,7 @@ class LeastSquaresPopulation(_Population):
             Per-client feature scales s_{t,m}.
         weights : array_like, shape (n, M), optional
             Client weights c_{t,m} ≥ 0 (default 1/M).
+        w_norm : ignored (closed form); accepted as the logistic's.
 
         Returns
         -------
@@ -755,6 +779,7 @@ class LogisticPopulation(_Population):
 
     def __init__(self, dim: int, feature_scale: float = 1.0, max_feature_scale: float | None = None):
         super().__init__(dim, feature_scale, max_feature_scale)
+        self._memo = {}             # (s‖x‖, s‖w‖, φ) -> 2-D moments (see _g_moments)
 
     _curvature_max = 0.25    # sigmoid' ≤ 1/4: L = s²/4
 
@@ -857,10 +882,37 @@ class LogisticPopulation(_Population):
         s = np.broadcast_to(self._s(scale), x.shape[:-1])
         nx, nw = _norm(x), _norm(w)
         phi = _angle(x, w, nx, nw)
-        eg, egr = _polar_g_moments((s * nx).reshape(-1), (s * nw).reshape(-1), phi.reshape(-1))
+        eg, egr = self._g_moments((s * nx).reshape(-1), (s * nw).reshape(-1), phi.reshape(-1))
         second = (s * s).reshape(-1) * (egr + (d - 2) * eg)
         g = self.grad(x, w, scale)
         return second.reshape(nx.shape) - np.einsum("...i,...i->...", g, g)
+
+    _MEMO_SIZE = 4096           # (s‖x‖, s‖w‖, φ) triples whose 2-D moments are kept
+
+    def _g_moments(self, tx, tw, phi):
+        """:func:`_polar_g_moments` once per distinct (s‖x‖, s‖w‖, φ), remembering the last few thousand.
+
+        The 2-D rule costs 9,272 nodes per point. The points repeat: the
+        comparator u_t is the same for every client sharing an optimum, and on
+        a stationary stream the same at every step. Each distinct point is
+        computed once, and a point seen before is not computed again
+        (bit-identical: the same computation of the same point).
+        """
+        memo = self._memo
+        pts = np.stack([tx, tw, phi], axis=1)
+        u, inv = np.unique(pts, axis=0, return_inverse=True)
+        keys = [tuple(r) for r in u.tolist()]
+        todo = [i for i, k in enumerate(keys) if k not in memo]
+        if todo:
+            eg, egr = _polar_g_moments(np.ascontiguousarray(u[todo, 0]), np.ascontiguousarray(u[todo, 1]),
+                                       np.ascontiguousarray(u[todo, 2]))
+            if len(memo) + len(todo) > self._MEMO_SIZE:
+                memo.clear()
+            for j, i in enumerate(todo):
+                memo[keys[i]] = (eg[j], egr[j])
+        vals = np.array([memo[k] for k in keys]).reshape(len(keys), 2)
+        inv = inv.reshape(-1)
+        return vals[inv, 0], vals[inv, 1]
 
     def hessian(self, x, w, scale=None) -> np.ndarray:
         """Population Hessian ∇²F(x) = s² κ(s‖x‖) (I − x̂x̂ᵀ) + s² μ₂(s‖x‖) x̂x̂ᵀ.
@@ -893,13 +945,15 @@ class LogisticPopulation(_Population):
         out[..., np.arange(d), np.arange(d)] += (s * s * kap)[..., None]
         return out
 
-    def curvature(self, x, scale=None) -> np.ndarray:
+    def curvature(self, x, scale=None, x_norm=None) -> np.ndarray:
         """Mean eigenvalue of ∇²F at x: s² (μ₂(s‖x‖) + (d − 1) κ(s‖x‖)) / d.
 
         Parameters
         ----------
         x : array_like, shape (..., d)
         scale : array_like, shape (...), optional
+        x_norm : array_like, shape (...), optional
+            ‖x‖ if the caller has it (e.g. one norm per step for a model broadcast over the clients).
 
         Returns
         -------
@@ -908,7 +962,7 @@ class LogisticPopulation(_Population):
         """
         x = np.asarray(x, dtype=np.float64)
         s = np.broadcast_to(self._s(scale), x.shape[:-1])
-        kap, mu2 = _kappa_mu2(s * _norm(x))
+        kap, mu2 = _kappa_mu2(s * (_norm(x) if x_norm is None else x_norm))
         return s * s * (mu2 + (self._dim - 1) * kap) / self._dim
 
     # ------------------------------------------------------------------ minimisers
@@ -960,7 +1014,7 @@ class LogisticPopulation(_Population):
                                f"{failed[:10].tolist()} (gradient norm {gnorm[failed[:10]].tolist()}).")
         return rho
 
-    def minimize_mean(self, w, x0=None, radius=None, scale=None, weights=None) -> np.ndarray:
+    def minimize_mean(self, w, x0=None, radius=None, scale=None, weights=None, w_norm=None) -> np.ndarray:
         """Per-step optimum u_t = argmin_{‖x‖ ≤ radius} Σ_m c_m F(x, w[t, m]).
 
         The weighted loss is Σ_m c_m A(s_m‖x‖) − x·b with
@@ -983,6 +1037,8 @@ class LogisticPopulation(_Population):
             Per-client feature scales s_{t,m} (default ``feature_scale``).
         weights : array_like, shape (n, M), optional
             Client weights c_{t,m} ≥ 0 (default 1/M).
+        w_norm : array_like, shape (n, M), optional
+            ‖w[t, m]‖ if the caller has it (the tracker computes it once per chunk).
 
         Returns
         -------
@@ -1001,7 +1057,7 @@ class LogisticPopulation(_Population):
         n, M = w.shape[:2]
         c = np.full((n, M), 1.0 / M) if weights is None else np.broadcast_to(np.asarray(weights, float), (n, M))
         s = np.broadcast_to(self._s(scale), (n, M))
-        nw = _norm(w)
+        nw = _norm(w) if w_norm is None else w_norm
         k = _kappa(s * nw)
         b = np.einsum("nm,nmd->nd", c * s * s * k, w)
         nb = _norm(b)
@@ -1188,8 +1244,9 @@ class HindsightSums:
         """{(row, scale): C} of the absorbed steps (a view for inspection; O(rows) Python objects)."""
         return {(int(r), float(sv)): float(v) for r, sv, v in zip(self.g_row, self.g_scale, self.g_c)}
 
-    def absorb(self, w, c, s) -> None:
-        """Add a block: w (n, M, d) optima, c (n, M) weights ≥ 0, s (n, M) feature scales.
+    def absorb(self, w, c, s, w_norm=None) -> None:
+        """Add a block: w (n, M, d) optima, c (n, M) weights ≥ 0, s (n, M) feature scales
+        (w_norm (n, M): ‖w‖ if the caller has it).
 
         Cost O(n M d) plus a sort of the (row, scale) groups when the block
         brings a new one; no Python loop over clients.
@@ -1201,7 +1258,7 @@ class HindsightSums:
             rows = M if per_client else 1
             self.B, self.top = np.zeros((rows, d)), np.zeros(rows)
         B, top = self.B, self.top
-        nw = _norm(w)
+        nw = _norm(w) if w_norm is None else w_norm
         coef = c * s * s * _kappa(s * nw)
         if per_client:
             B += np.einsum("nm,nmd->md", coef, w)

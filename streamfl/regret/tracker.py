@@ -492,12 +492,15 @@ class RegretTracker:
                                        self.prev_optima, self.b, ts, 1 if self.task == "least_squares" else NOISE_EVERY,
                                        noise_clients=None if self.task == "least_squares" else NOISE_CLIENTS,
                                        comparator=u, scale=chunk.scale, noise=chunk.noise,
-                                       previous_scale=self.prev_scale)
+                                       previous_scale=self.prev_scale, optima_norm=self._opt_norm,
+                                       sqdist=self._sq)
             self.prev_optima = chunk.optimum[-1].copy()
             self.prev_scale = None if chunk.scale is None else chunk.scale[-1].copy()
             sc = np.full((n, self.M), self.population.feature_scale) if chunk.scale is None else chunk.scale
-            het["curvature"] = np.einsum("nm,nm->n", c, self.population.curvature(
-                np.broadcast_to(u[:, None, :], chunk.optimum.shape), scale=sc))
+            # ℓ_t at u_t for every client: ‖u_t‖ once per step (the rows of the broadcast u are equal)
+            unorm = np.broadcast_to(np.sqrt(np.einsum("nd,nd->n", u, u))[:, None], (n, self.M))
+            het["curvature"] = np.einsum("nm,nm->n", c, np.ascontiguousarray(self.population.curvature(
+                np.broadcast_to(u[:, None, :], chunk.optimum.shape), scale=sc, x_norm=unorm)))
             flag_noise = het["sigma2_comparator"]
         elif self.dirac:
             dcols, client_dynamic, part = self._dirac_terms(chunk, c, losses[self.main], virtual_loss, cols,
@@ -580,20 +583,31 @@ class RegretTracker:
         sc, nz = chunk.scale, chunk.noise
         nkw = {} if (nz is None or self.task != "least_squares") else {"noise": nz}
         out = {}
+        sq = self._sq = {}          # squared distances ‖x − w‖² (least squares), reused by σ² (population_estimates)
         if self.task == "logistic":
             # F(x) = A(s‖x‖) − s² (x·w) κ(s‖w‖): κ once per distinct optimum norm, A interpolated
-            # (:mod:`streamfl.regret.fastquad`); one pass per chunk instead of a quadrature per call
+            # (:mod:`streamfl.regret.fastquad`); one pass per chunk instead of a quadrature per call.
+            # ‖w‖² once per chunk: κ, F at the clients' own optima, u_t, the hindsight sums and ζ², K² use it
             s_ = pop.feature_scale if sc is None else sc
-            kw = kappa_unique(s_ * np.sqrt(np.einsum("nmd,nmd->nm", opt, opt)))
+            ww = self._opt_sq = np.einsum("...d,...d->...", opt, opt)
+            self._opt_norm = np.sqrt(ww)
+            kw = kappa_unique(s_ * self._opt_norm)
 
-            def F(x):
+            def F(x, key=None):
+                if x is opt:                # x·w = ‖w‖² (the same sums as einsum of x with w)
+                    return softplus_mean(s_ * self._opt_norm) - s_ * s_ * ww * kw
                 nx = np.sqrt(np.einsum("...d,...d->...", x, x))
                 # x·w by einsum (broadcasting x over the clients), without an (n, M, d) product array
                 return softplus_mean(s_ * nx) - s_ * s_ * np.einsum("...d,...d->...", x, opt) * kw
         else:
-            def F(x):
-                return pop.loss(x, opt, scale=sc, **nkw)
-        F_played = F(models)                                                     # (n, M)
+            self._opt_sq = self._opt_norm = None
+
+            def F(x, key=None):
+                d2 = pop.sqdist(x, opt)
+                if key is not None:
+                    sq[key] = d2
+                return pop.loss_of_sqdist(d2, scale=sc, **nkw)
+        F_played = F(models, "models")                                           # (n, M)
         F_avg = F(average[:, None, :])                                           # (n, M)
         exp_learner = self.exp_learner + np.cumsum(np.einsum("nm,nm->n", c, F_played))
         exp_virtual = self.exp_virtual + np.cumsum(np.einsum("nm,nm->n", c, F_avg))
@@ -632,23 +646,28 @@ class RegretTracker:
             s_all = np.broadcast_to(pop.feature_scale if sc is None else sc, (n, M))
             cnet = np.full((n, M), 1.0 / M)
             start = 0
+            nw = self._opt_norm
             for i in np.flatnonzero(np.isin(ts, list(self.checkpoints))):
-                self.exp_sums.absorb(opt[start:i + 1], cnet[start:i + 1], s_all[start:i + 1])
+                self.exp_sums.absorb(opt[start:i + 1], cnet[start:i + 1], s_all[start:i + 1], nw[start:i + 1])
                 self.exp_snaps[int(ts[i])] = self.exp_sums.snapshot()
                 start = i + 1
             if start < n:
-                self.exp_sums.absorb(opt[start:], cnet[start:], s_all[start:])
-            self.client_exp_sums.absorb(opt, np.ones((n, M)), s_all)
+                self.exp_sums.absorb(opt[start:], cnet[start:], s_all[start:], nw[start:])
+            self.client_exp_sums.absorb(opt, np.ones((n, M)), s_all, nw)
             out["regret_expected"] = np.full(len(c), np.nan)
         # dynamic: F_t(x̄_t) − F_t(u_t), with F_t = Σ_m c F_{t,m}
+        norm = {} if self._opt_norm is None else {"w_norm": self._opt_norm}
         u = pop.minimize_mean(opt, x0=None if self.u_prev is None else np.broadcast_to(self.u_prev, average.shape),
-                              radius=self.radius, scale=sc, weights=None if sc is None else c)
+                              radius=self.radius, scale=sc, weights=None if sc is None else c, **norm)
         self.u_prev = u[-1].copy()
-        gap = np.einsum("nm,nm->n", c, F_avg - F(u[:, None, :]))
+        gap = np.einsum("nm,nm->n", c, F_avg - F(u[:, None, :], "comparator"))
         out["regret_dynamic"] = self.dynamic + np.cumsum(gap)
         self.dynamic = float(out["regret_dynamic"][-1])
         # each client against its own per-step optimum (the projection of x*_{t,m}: F_{t,m} is isotropic)
-        own = F(_project_rows(opt, self.radius))
+        if self.radius is None and self.task == "least_squares":
+            own = pop.loss_of_sqdist(np.zeros(c.shape), scale=sc, **nkw)       # ‖w − w‖² = 0
+        else:
+            own = F(_project_rows(opt, self.radius))
         client_dynamic = self.client_dyn + np.cumsum(F_played - own, axis=0)
         self.client_dyn = client_dynamic[-1].copy()
         return out, u, client_expected, client_dynamic, part
