@@ -15,7 +15,9 @@ Two numbers agree when |new − old| ≤ rtol·|old| + atol (``--rtol`` 1e-12,
 ``--atol`` 1e-15: quantities that are exactly zero in exact arithmetic, such
 as the consensus error right after an averaging round or ζ² of a ζ = 0
 stream, come out as rounding noise of 1e-30 whose relative change means
-nothing). metrics.csv holds 10 significant digits, so a cell may also differ
+nothing); in metrics.csv rtol also applies to the column's largest magnitude
+(a gap column, the difference of two cumulative losses, passes near zero
+with the rounding of its operands). metrics.csv holds 10 significant digits, so a cell may also differ
 by one unit in its 10th digit when the value sits next to a rounding
 boundary; such cells are counted and reported apart ("last printed digit").
 The exit code is 0 when every number agrees, 1 otherwise; "bit-identical" is
@@ -105,7 +107,10 @@ def compare(old: Path, new: Path, rtol: float, atol: float = 1e-15, quiet: bool 
                 d = np.where(same, 0.0, np.abs(a - b))
                 r = np.where(same, 0.0, d / np.maximum(np.abs(a), 1e-300))
                 last = ~same & (d <= 1.01e-9 * np.maximum(np.abs(a), np.abs(b)))      # one unit of the 10th digit
-                far = ~same & ~last & ~(d <= rtol * np.abs(a) + atol)
+                # a column of differences (gap_<b>: cumulative losses of ~10³ minus each other) passing near 0
+                # carries the rounding of its operands: the tolerance is also rtol × the column's magnitude
+                scale = np.nanmax(np.abs(np.where(np.isfinite(a), a, np.nan))) if np.isfinite(a).any() else 0.0
+                far = ~same & ~last & ~(d <= rtol * np.maximum(np.abs(a), scale) + atol)
             r = np.where(np.isnan(r), np.inf, r)
             digits += int(last.sum())
             if far.any():

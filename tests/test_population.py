@@ -475,16 +475,19 @@ def _mixed_scale_sums():
 def test_hindsight_sums_as_arrays_give_the_values_of_the_former_dict_of_groups():
     # The (row, scale) groups are kept as sorted arrays and solved for all rows at once (no Python
     # loop over clients: the former per-row count over a dict was O(M²), minutes at M = 10^4).
-    # The numbers below were printed by the dict-based code before the change; equality is exact.
+    # The numbers below were printed by the dict-based code before the change; the array-based code gave
+    # them exactly. The quadratures are numpy sums since (not numba loops: another summation order), which
+    # moves them by a few units in the last place, hence rel=1e-14.
     net, per = _mixed_scale_sums()
-    assert net.solve()[1].tolist() == [40.66408735228035]
-    assert net.solve(radius=0.1)[1].tolist() == [40.670029510312354]
-    assert per.solve()[1].tolist() == [8.926137452270776, 9.042030967903697, 7.434586268461514,
-                                       7.893255621639613, 6.776300455973642]
-    assert per.solve(radius=0.1)[1].tolist() == [8.987047021865942, 9.051866578557823, 7.460084042771855,
-                                                 7.896999759302584, 7.009088616298398]
-    assert per.solve()[0][3].tolist() == [0.06548888605976856, 0.09784116506177155, 0.0743031612588738,
-                                          -0.016588354229768062]
+    close = lambda v: pytest.approx(v, rel=1e-14, abs=0)   # noqa: E731
+    assert net.solve()[1].tolist() == close([40.66408735228035])
+    assert net.solve(radius=0.1)[1].tolist() == close([40.670029510312354])
+    assert per.solve()[1].tolist() == close([8.926137452270776, 9.042030967903697, 7.434586268461514,
+                                             7.893255621639613, 6.776300455973642])
+    assert per.solve(radius=0.1)[1].tolist() == close([8.987047021865942, 9.051866578557823, 7.460084042771855,
+                                                       7.896999759302584, 7.009088616298398])
+    assert per.solve()[0][3].tolist() == pytest.approx([0.06548888605976856, 0.09784116506177155,
+                                                        0.0743031612588738, -0.016588354229768062], rel=1e-12)
     assert sorted(per.groups.items())[:3] == [((0, 1.0), 9.513710064586467), ((0, 2.0), 3.615076891024813),
                                               ((1, 1.0), 11.617150047537438)]
 

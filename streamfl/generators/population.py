@@ -62,9 +62,10 @@ which converge geometrically *uniformly* in s‖x‖:
   is computed with Kahan's formula, so x ∥ w, x = 0 and w = 0 need no
   special casing.
 
-The sums are accumulated node by node in compiled (numba) loops, without
-temporaries. Below an argument of 1e-2 the 1-D integrands are evaluated by
-their Taylor series (truncation < 1e-19 relative) instead of through e^{−u}.
+The sums are vectorised numpy over blocks of points (pairwise sums per
+point, so a point's value does not depend on the points evaluated with it).
+Below an argument of 1e-2 the 1-D integrands are evaluated by their Taylor
+series (truncation < 1e-19 relative) instead of through e^{−u}.
 
 Minimisers
 ----------
@@ -95,8 +96,6 @@ import numbers
 from collections.abc import Iterator
 
 import numpy as np
-from numba import njit
-from scipy.special import expit
 
 __all__ = ["LeastSquaresPopulation", "LogisticPopulation", "DiracLeastSquares"]
 
@@ -120,62 +119,58 @@ _WR2R2 = _WR2 * _R2 * _R2
 # Angular part: tanh-sinh on (0, 1); X01 = position, Y01 = 1 − X01 (computed without cancellation).
 _HT = 0.1
 _S = np.arange(-3.0, 3.0 + 1e-12, _HT)
-_X01 = expit(np.pi * np.sinh(_S))
-_Y01 = expit(-np.pi * np.sinh(_S))
+_X01 = 1.0 / (1.0 + np.exp(-np.pi * np.sinh(_S)))
+_Y01 = 1.0 / (1.0 + np.exp(np.pi * np.sinh(_S)))
 _W01 = _HT * np.pi * np.cosh(_S) * _X01 * _Y01
 
 _SIG1, _LOG1PEXP = 0, 1  # kernels of _radial_sum: sigmoid'(u), log(1 + e^{-u})
 _SERIES = 1e-2           # below this argument the 1-D kernels use their Taylor series
-_FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
+_ROWS = 512              # points per block of the 1-D rule (a block's (rows, 315) arrays stay in cache)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def _sig1_pos(u):
-    """sigmoid'(u) for u ≥ 0, as e^{-u} / (1 + e^{-u})² (no overflow).
+def _h(u: np.ndarray, kernel: int) -> np.ndarray:
+    """The 1-D integrand at u ≥ 0 (any shape): sigmoid'(u) = e^{-u} / (1 + e^{-u})² (``_SIG1``) or
+    log(1 + e^{-u}) (``_LOG1PEXP``), without overflow.
 
-    Below 1e-2: ¼ − u²/16 + u⁴/96 − 17u⁶/11520 (truncation < 1e-19 relative).
+    Below 1e-2 the Taylor series: ¼ − u²/16 + u⁴/96 − 17u⁶/11520 (truncation < 1e-19 relative) and
+    log 2 − u/2 + u²/8 − u⁴/192 + u⁶/2880 (< 1e-20 relative).
     """
-    if u < _SERIES:
-        v = u * u
-        return 0.25 - v * (1.0 / 16.0 - v * (1.0 / 96.0 - v * (17.0 / 11520.0)))
-    e = math.exp(-u)
-    return e / ((1.0 + e) * (1.0 + e))
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def _log1pexp_neg(u):
-    """log(1 + e^{-u}) for u ≥ 0.
-
-    Below 1e-2: log 2 − u/2 + u²/8 − u⁴/192 + u⁶/2880 (truncation < 1e-20 relative).
-    """
-    if u < _SERIES:
-        v = u * u
-        return math.log(2.0) - 0.5 * u + v * (1.0 / 8.0 - v * (1.0 / 192.0 - v * (1.0 / 2880.0)))
-    return math.log1p(math.exp(-u))
-
-
-@njit(cache=True, error_model="numpy")
-def _radial_sum(tau, kernel, weights):
-    """Σ_k weights_k h(τ z_k) for every τ ≥ 0 (1-D rule, nodes z_k = _Z1; h(u), u ≥ 0, is
-    sigmoid'(u) for kernel ``_SIG1`` and log(1 + e^{-u}) for ``_LOG1PEXP``).
-
-    tau : float64 (n,); weights : float64 (315,) (_W1 or _W1Z2). Returns float64 (n,).
-    """
-    out = np.empty(tau.size)
-    for i in range(tau.size):
-        acc = 0.0
-        for k in range(_Z1.size):
-            u = tau[i] * _Z1[k]
-            acc += weights[k] * (_sig1_pos(u) if kernel == _SIG1 else _log1pexp_neg(u))
-        out[i] = acc
+    e = np.exp(-u)
+    if kernel == _SIG1:
+        out = e / ((1.0 + e) * (1.0 + e))
+    else:
+        out = np.log1p(e)
+    small = u < _SERIES
+    if small.any():
+        us = u[small]
+        v = us * us
+        out[small] = (0.25 - v * (1.0 / 16.0 - v * (1.0 / 96.0 - v * (17.0 / 11520.0))) if kernel == _SIG1 else
+                      math.log(2.0) - 0.5 * us + v * (1.0 / 8.0 - v * (1.0 / 192.0 - v * (1.0 / 2880.0))))
     return out
+
+
+def _radial_sum(tau, kernel, *weights):
+    """Σ_k w_k h(τ z_k) for every τ ≥ 0 and each weight vector w (1-D rule, nodes z_k = _Z1; h is
+    sigmoid'(u) for kernel ``_SIG1`` and log(1 + e^{-u}) for ``_LOG1PEXP``, see :func:`_h`).
+
+    tau : float64 (n,); weights : float64 (315,) each (_W1 or _W1Z2). Returns one float64 (n,) per weight
+    vector. Each τ's sum depends on that τ only (blocks of rows, a pairwise sum per row), so a value does
+    not depend on which other points are evaluated with it.
+    """
+    outs = [np.empty(tau.size) for _ in weights]
+    for i0 in range(0, tau.size, _ROWS):
+        i1 = min(tau.size, i0 + _ROWS)
+        H = _h(tau[i0:i1, None] * _Z1[None, :], kernel)
+        for out, w in zip(outs, weights):
+            out[i0:i1] = (H * w).sum(axis=1)
+    return outs
 
 
 _UNIQUE_FROM = 64   # from this many points, the quadrature runs once per distinct τ
 
 
-def _radial(tau, kernel, weights) -> np.ndarray:
-    """:func:`_radial_sum` for τ of any shape (float64 array of the same shape).
+def _radial(tau, kernel, *weights):
+    """:func:`_radial_sum` for τ of any shape: one float64 array of τ's shape per weight vector.
 
     The quadrature (315 nodes per point) runs once per *distinct* τ: the
     tracker evaluates κ at every client optimum of every step, and optima
@@ -186,16 +181,17 @@ def _radial(tau, kernel, weights) -> np.ndarray:
     tau = np.asarray(tau, dtype=np.float64)
     flat = tau.ravel()
     if flat.size < _UNIQUE_FROM:
-        return _radial_sum(flat, kernel, weights).reshape(tau.shape)
+        return [v.reshape(tau.shape) for v in _radial_sum(flat, kernel, *weights)]
     if flat[0] == flat.min() == flat.max():       # one value (a stationary stream): no sort
-        return np.full(tau.shape, _radial_sum(flat[:1], kernel, weights)[0])
+        return [np.full(tau.shape, v[0]) for v in _radial_sum(flat[:1], kernel, *weights)]
     u, inv = np.unique(flat, return_inverse=True)
-    return _radial_sum(u, kernel, weights)[inv.reshape(-1)].reshape(tau.shape)
+    inv = inv.reshape(-1)
+    return [v[inv].reshape(tau.shape) for v in _radial_sum(u, kernel, *weights)]
 
 
 def _kappa(tau: np.ndarray) -> np.ndarray:
     """κ(τ) = E sigmoid'(τZ), Z ~ N(0, 1), τ ≥ 0; κ(0) = 1/4, κ(τ) ~ 1/(τ√(2π))."""
-    return 2.0 * _radial(tau, _SIG1, _W1)
+    return 2.0 * _radial(tau, _SIG1, _W1)[0]
 
 
 def _kappa_mu2(tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -204,29 +200,14 @@ def _kappa_mu2(tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     μ₂ = κ + τ κ'(τ) is the curvature of F along x; computing it directly
     (rather than as κ + τ² E σ‴(τZ)) avoids a cancellation at large τ.
     """
-    return 2.0 * _radial(tau, _SIG1, _W1), 2.0 * _radial(tau, _SIG1, _W1Z2)
+    k, m = _radial(tau, _SIG1, _W1, _W1Z2)
+    return 2.0 * k, 2.0 * m
 
 
 def _softplus_mean(tau: np.ndarray) -> np.ndarray:
     """A(τ) = E softplus(τZ) = τ/√(2π) + E log1p(e^{−τ|Z|}), τ ≥ 0; A(0) = log 2."""
     tau = np.asarray(tau, dtype=np.float64)
-    return tau / _SQRT_2PI + 2.0 * _radial(tau, _LOG1PEXP, _W1)
-
-
-@njit(cache=True, fastmath=_FASTMATH, error_model="numpy")
-def _polar_ray(cu, cv):
-    """Radial sums along one ray of the polar rule: (Σ_k WR_k f_k, Σ_k WR_k ρ_k² f_k).
-
-    f_k = t_u (t_u − 2 t_v) with t_u = tanh(cu ρ_k), t_v = tanh(cv ρ_k), ρ_k = _R2,
-    WR_k = _WR2; cu = ½ s‖x‖ cos θ and cv = ½ s‖w‖ cos(θ − φ) for the ray's angle θ.
-    """
-    s0 = s2 = 0.0
-    for k in range(_R2.size):
-        tu = math.tanh(cu * _R2[k])
-        f = tu * (tu - 2.0 * math.tanh(cv * _R2[k]))
-        s0 += _WR2[k] * f
-        s2 += _WR2R2[k] * f
-    return s0, s2
+    return tau / _SQRT_2PI + 2.0 * _radial(tau, _LOG1PEXP, _W1)[0]
 
 
 def _norm(x: np.ndarray) -> np.ndarray:
@@ -246,7 +227,9 @@ def _angle(x: np.ndarray, w: np.ndarray, nx: np.ndarray, nw: np.ndarray) -> np.n
     return np.where((nx > 0) & (nw > 0), phi, 0.0)
 
 
-@njit(cache=True, error_model="numpy")
+_POINTS = 16              # points per block of the 2-D rule ((points, 2, 61, 76) arrays of 1.2 MB)
+
+
 def _polar_g_moments(tx, tw, phi):
     """E[g] and E[g ρ²] for g = (σ(u) − σ(v))² + σ'(v), u = tx α, v = tw (cos φ α + sin φ β).
 
@@ -254,24 +237,28 @@ def _polar_g_moments(tx, tw, phi):
     With t = tanh(·/2), g = ¼ (1 + t_u (t_u − 2 t_v)); the constant ¼ is
     integrated exactly (E 1 = 1, E ρ² = 2), the rest by the polar rule.
     g is even in (α, β), so the half-plane θ ∈ [−π/2, π/2) with ρ > 0
-    suffices; the angle is split at θ = ±π/2 (u = 0) and θ = φ − π/2 (v = 0).
-    Returns two float64 arrays of the input length.
+    suffices; the angle is split at θ = ±π/2 (u = 0) and θ = φ − π/2 (v = 0):
+    arc 1 is θ = −π/2 + φ X01 (weight φ W01/π), arc 2 θ = π/2 − (π − φ) Y01
+    (weight (π − φ) W01/π). Along a ray at angle θ, f_k = t_u (t_u − 2 t_v)
+    with t_u = tanh(½ tx cos θ ρ_k), t_v = tanh(½ tw cos(θ − φ) ρ_k).
+    Vectorised over points, rays and radii; every point's sums depend on that
+    point only. Returns two float64 arrays of the input length.
     """
     n = tx.size
     eg, egr = np.empty(n), np.empty(n)
-    for i in range(n):
-        a, b, p = 0.5 * tx[i], 0.5 * tw[i], phi[i]
-        q = math.pi - p
-        s0 = s2 = 0.0
-        for j in range(_S.size):
-            # arc 1: θ = −π/2 + φ X01, weight φ W01/π;
-            # arc 2: θ = π/2 − (π − φ) Y01, weight (π − φ) W01/π
-            f0, f2 = _polar_ray(a * math.sin(p * _X01[j]), -b * math.sin(p * _Y01[j]))
-            g0, g2 = _polar_ray(a * math.sin(q * _Y01[j]), b * math.sin(q * _X01[j]))
-            s0 += (p * f0 + q * g0) * _W01[j]
-            s2 += (p * f2 + q * g2) * _W01[j]
-        eg[i] = 0.25 * (1.0 + s0 / math.pi)
-        egr[i] = 0.25 * (2.0 + s2 / math.pi)
+    for i0 in range(0, n, _POINTS):
+        i1 = min(n, i0 + _POINTS)
+        a, b, p = 0.5 * tx[i0:i1, None], 0.5 * tw[i0:i1, None], phi[i0:i1, None]
+        q = np.pi - p
+        cu = np.stack([a * np.sin(p * _X01), a * np.sin(q * _Y01)], axis=1)      # (P, 2 arcs, 61 rays)
+        cv = np.stack([-b * np.sin(p * _Y01), b * np.sin(q * _X01)], axis=1)
+        tu = np.tanh(cu[..., None] * _R2)                                       # (P, 2, 61, 76 radii)
+        f = tu * (tu - 2.0 * np.tanh(cv[..., None] * _R2))
+        f0, f2 = (f * _WR2).sum(axis=-1), (f * _WR2R2).sum(axis=-1)             # radial sums (P, 2, 61)
+        s0 = ((p * f0[:, 0] + q * f0[:, 1]) * _W01).sum(axis=-1)
+        s2 = ((p * f2[:, 0] + q * f2[:, 1]) * _W01).sum(axis=-1)
+        eg[i0:i1] = 0.25 * (1.0 + s0 / np.pi)
+        egr[i0:i1] = 0.25 * (2.0 + s2 / np.pi)
     return eg, egr
 
 
