@@ -210,6 +210,23 @@ def _softplus_mean(tau: np.ndarray) -> np.ndarray:
     return tau / _SQRT_2PI + 2.0 * _radial(tau, _LOG1PEXP, _W1)[0]
 
 
+BLOCK_BYTES = 1 << 19     # per block of rows in (n, M, d) computations: 0.5 MB, so temporaries stay in cache
+
+
+def row_blocks(n: int, row_bytes: int) -> list[tuple[int, int]]:
+    """(start, stop) of consecutive blocks of the n rows (steps) of an array whose rows hold ``row_bytes``.
+
+    Computations over (n, M, d) arrays that are elementwise, or reduce over M or d only, give the same
+    numbers block by block; blocks of about :data:`BLOCK_BYTES` keep their temporaries in cache instead
+    of writing and reading an n·M·d array per operation.
+
+    >>> row_blocks(10, 1 << 18)
+    [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
+    """
+    step = max(1, BLOCK_BYTES // max(1, int(row_bytes)))
+    return [(i, min(n, i + step)) for i in range(0, n, step)]
+
+
 def _norm(x: np.ndarray) -> np.ndarray:
     return np.sqrt(np.einsum("...i,...i->...", x, x))
 
@@ -511,8 +528,19 @@ class LeastSquaresPopulation(_Population):
             If the last axis of x or w is not d.
         """
         x, w = self._xw(x, w)
-        dl = x - w
-        return np.einsum("...i,...i->...", dl, dl)
+        if x.ndim != 3:
+            dl = x - w
+            return np.einsum("...i,...i->...", dl, dl)
+        # (n, M, d): a few steps at a time, the difference in one reused buffer that stays in cache
+        n, M, d = x.shape
+        out = np.empty((n, M))
+        buf = None
+        for i, j in row_blocks(n, M * d * 8):
+            if buf is None:
+                buf = np.empty((j - i, M, d))
+            dl = np.subtract(x[i:j], w[i:j], out=buf[:j - i])
+            out[i:j] = np.einsum("...i,...i->...", dl, dl)
+        return out
 
     def loss_of_sqdist(self, sqdist, scale=None, noise=None) -> np.ndarray:
         """F = ½ s² ‖x − w‖² + ½ σ² from ``sqdist`` = ‖x − w‖² (:meth:`sqdist`); shape of the broadcast inputs."""

@@ -43,6 +43,7 @@ import math
 
 import numpy as np
 
+from ..generators.population import row_blocks
 from ..models.losses import get_loss
 
 
@@ -242,14 +243,22 @@ def _spreads(population, average, optima, previous_optima, scale, previous_scale
         nw = np.sqrt(np.einsum("nmd,nmd->nm", optima, optima))                # (n, M)
     alpha, beta = population.grad_coefficients(nx[:, None], nw, scale=scale)
     alpha = np.broadcast_to(alpha, (n, M))
-    bw = beta[..., None] * optima                                             # (n, M, d)
-    bbar = bw.mean(axis=1)                                                    # (n, d)
-    D = bw - bbar[:, None, :]
+    beta = np.broadcast_to(beta, (n, M))
     abar = alpha.mean(axis=1)
     e = alpha - abar[:, None]
-    zeta2 = np.einsum("nmd,nmd->nm", D, D).mean(axis=1)
-    if np.any(e):
-        zeta2 = zeta2 + (e * e).mean(axis=1) * nx * nx - 2.0 * (e * np.einsum("nmd,nd->nm", D, average)).mean(axis=1)
+    spread = np.any(e)
+    bbar = np.empty((n, d))                                                   # b̄_t
+    DD, De = np.empty((n, M)), (np.empty((n, M)) if spread else None)        # ‖D_m‖², D_m·x̄
+    for i, j in row_blocks(n, M * d * 8):      # a few steps at a time: the (·, M, d) temporaries stay in cache
+        bw = beta[i:j, :, None] * optima[i:j]
+        bbar[i:j] = bw.mean(axis=1)
+        D = bw - bbar[i:j, None, :]
+        DD[i:j] = np.einsum("nmd,nmd->nm", D, D)
+        if spread:
+            De[i:j] = np.einsum("nmd,nd->nm", D, average[i:j])
+    zeta2 = DD.mean(axis=1)
+    if spread:
+        zeta2 = zeta2 + (e * e).mean(axis=1) * nx * nx - 2.0 * (e * De).mean(axis=1)
     if previous_optima is None:
         first = bbar[:1]
         pscale = None if scale is None else np.concatenate([scale[:1], scale[:-1]])

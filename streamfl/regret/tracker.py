@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..generators.population import row_blocks
 from .fastquad import kappa_unique, softplus_mean
 from .comparators import (CLIENT_NEWTON_MAX_DIM, LeastSquaresHindsight, ReservoirHindsight, is_refit_step,
                           quadratic_min, quadratic_min_cholesky, quadratic_min_rows, refit_points, solve_hindsight,
@@ -626,18 +627,20 @@ class RegretTracker:
             n2 = np.broadcast_to(noise2, c.shape)
             # network: weights c k
             ck = c * k
+            oo = opt * opt
             Sc = self.opt_sums[0] + np.cumsum(ck.sum(axis=1))
             Sw = self.opt_sums[1] + np.cumsum(np.einsum("nm,nmd->nd", ck, opt), axis=0)
-            Sww = self.opt_sums[2] + np.cumsum(np.einsum("nm,nmd->n", ck, opt * opt))
+            Sww = self.opt_sums[2] + np.cumsum(np.einsum("nm,nmd->n", ck, oo))
             Sn = self.opt_sums[3] + np.cumsum(np.einsum("nm,nm->n", c, n2))
             self.opt_sums = [float(Sc[-1]), Sw[-1].copy(), float(Sww[-1]), float(Sn[-1])]
             comp = self._ls_comparator(Sc, Sw, Sww, Sn, s0)
             out["regret_expected"] = exp_learner - comp
             out["regret_expected_virtual"] = exp_virtual - comp
-            # each client alone: weight 1 per step
+            # each client alone: weight 1 per step (k = 1 without per-client scales: k w = w exactly)
             Kc = self.client_opt_sums[0] + np.cumsum(k, axis=0)
-            Kw = self.client_opt_sums[1] + _cumsum_steps(k[..., None] * opt)
-            Kww = self.client_opt_sums[2] + np.cumsum(k * np.sum(opt * opt, axis=-1), axis=0)
+            Kw = _cumsum_steps(opt if sc is None else k[..., None] * opt)
+            Kw += self.client_opt_sums[1]
+            Kww = self.client_opt_sums[2] + np.cumsum(k * np.sum(oo, axis=-1), axis=0)
             Kn = self.client_opt_sums[3] + np.cumsum(n2, axis=0)
             self.client_opt_sums = [Kc[-1].copy(), Kw[-1].copy(), Kww[-1].copy(), Kn[-1].copy()]
             client_expected = client_exp - self._ls_comparator(Kc, Kw, Kww, Kn, s0)
@@ -673,7 +676,16 @@ class RegretTracker:
         return out, u, client_expected, client_dynamic, part
 
     def _ls_comparator(self, Sc, Sw, Sww, Sn, s0):
-        """min_{‖x‖≤D} ½ s0² Σ k ‖x − w‖² + ½ Σ σ², from running sums (any leading shape)."""
+        """min_{‖x‖≤D} ½ s0² Σ k ‖x − w‖² + ½ Σ σ², from running sums (any leading shape; (n, M, d) sums
+        a few steps at a time, :func:`~streamfl.generators.population.row_blocks`)."""
+        if Sw.ndim == 3:
+            out = np.empty(Sc.shape)
+            for i, j in row_blocks(len(Sw), Sw[0].nbytes):
+                out[i:j] = self._ls_comparator_rows(Sc[i:j], Sw[i:j], Sww[i:j], Sn[i:j], s0)
+            return out
+        return self._ls_comparator_rows(Sc, Sw, Sww, Sn, s0)
+
+    def _ls_comparator_rows(self, Sc, Sw, Sww, Sn, s0):
         xhat = Sw / np.maximum(Sc, 1e-300)[..., None]
         xhat = _project_rows(xhat, self.radius)
         return 0.5 * s0 ** 2 * (Sww - 2 * np.sum(xhat * Sw, axis=-1) + Sc * np.sum(xhat ** 2, axis=-1)) + 0.5 * Sn
