@@ -37,8 +37,8 @@ def sgd_step(W, X, y, mask, eta, kind, out):
     kind : int — ``LEAST_SQUARES`` or ``LOGISTIC``.
     out : float64 (M,) — receives each client's mini-batch mean loss (0 if masked).
 
-    The logistic loss is log1p(e^{−|z|}) + max(z, 0) − y z and its residual
-    σ(z) − y is computed from e^{−|z|} (no overflow at any z).
+    The logistic loss is logaddexp(0, z) − y z and its residual σ(z) − y is
+    computed from e^{−|z|} (no overflow at any z).
 
     Examples
     --------
@@ -63,17 +63,17 @@ def _step(w, X, y, eta, kind):
     b = X.shape[1]
     if b == 1:
         x = X[:, 0, :]
-        z = np.einsum("md,md->m", x, w)
+        z = np.vecdot(x, w)
         y = y[:, 0]
     else:
-        z = np.einsum("mbd,md->mb", X, w)
+        z = np.vecdot(X, w[:, None, :])
     if kind == LEAST_SQUARES:
         r = z - y
         loss = 0.5 * r * r
     else:
         e = np.exp(-np.abs(z))
-        loss = np.log1p(e) + np.maximum(z, 0.0) - y * z
-        r = np.where(z >= 0, 1.0, e) / (1.0 + e) - y
+        loss = np.logaddexp(0.0, z) - y * z                 # log(1 + e^z) − y z, stable at any z
+        r = np.where(z >= 0, 1.0, e) / (1.0 + e) - y          # σ(z) − y from e^{−|z|}
     if b == 1:
         w -= (eta * r)[:, None] * x
         return loss
