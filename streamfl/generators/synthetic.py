@@ -288,7 +288,15 @@ class SyntheticStream(Stream):
                 Z = rng_x.standard_normal(shape)
             if dirac:
                 Z = np.broadcast_to(Z, (n, M, b, d))
-            X = Z * (scale[..., None, None] if self._scaled else float(self.scales[0]))
+            if self._scaled:
+                X = Z * scale[..., None, None]
+            elif float(self.scales[0]) == 1.0:
+                X = Z                                  # a · 1 = a exactly: no pass over the chunk's features
+            elif dirac:
+                X = Z * float(self.scales[0])
+            else:
+                Z *= float(self.scales[0])             # in place: the same products, no second (n, M, b, d) array
+                X = Z
             z = np.einsum("nmbd,nmd->nmb", X, optimum)
             if self.task == "least_squares":
                 eshape = (n, 1 if dirac else M, b)
