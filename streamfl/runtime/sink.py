@@ -78,9 +78,12 @@ def table_csv(names, table: np.ndarray, is_int: np.ndarray, header: bool) -> str
     n = table.shape[0]
     if n:
         fmt = ",".join("%d" if i else FLOAT_FORMAT for i in is_int.tolist())
-        body = ((fmt + "\n") * n % tuple(table.ravel().tolist()))[:-1]
-        out.write(_blank_nan(body) if np.isnan(table).any() else body)
-        out.write("\n")
+        body = (fmt + "\n") * n % tuple(table.ravel().tolist())
+        if np.isnan(table[:, 0]).any():
+            body = _blank_nan(body[:-1]) + "\n"
+        elif np.isnan(table).any():               # NaN only after the first column: one pass
+            body = body.replace(",nan", ",")
+        out.write(body)
     return out.getvalue()
 
 
