@@ -24,7 +24,7 @@ def test_block_equals_pandas_to_csv():
     for seed, n in ((0, 1), (1, 300), (2, 0)):
         full = _frame(n, seed)
         # with a boolean column (column by column) and without (one float block, integers < 2^53)
-        nan_first = full.drop(columns=["t", "flag"])                    # NaN in the first column too
+        nan_first = full[["wild", "t", "loss", "all_nan", "small"]]        # NaN in the first column too
         for frame in (full, full.drop(columns="flag"), full.drop(columns="flag").assign(big=2 ** 60 + 1), nan_first):
             for header in (True, False):
                 want = frame.to_csv(index=False, header=header, float_format="%.10g")
