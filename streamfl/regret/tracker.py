@@ -636,14 +636,19 @@ class RegretTracker:
             comp = self._ls_comparator(Sc, Sw, Sww, Sn, s0)
             out["regret_expected"] = exp_learner - comp
             out["regret_expected_virtual"] = exp_virtual - comp
-            # each client alone: weight 1 per step (k = 1 without per-client scales: k w = w exactly)
+            # each client alone: weight 1 per step. Its comparator needs ‖Σ k w‖² only (see
+            # _ls_client_comparator): the running sum Σ k w (M, d) is advanced step by step and its squared
+            # norm taken, without an (n, M, d) array of running sums
             Kc = self.client_opt_sums[0] + np.cumsum(k, axis=0)
-            Kw = _cumsum_steps(opt if sc is None else k[..., None] * opt)
-            Kw += self.client_opt_sums[1]
+            n, M = c.shape
+            Kw, Kw2 = self.client_opt_sums[1], np.empty((n, M))
+            for i in range(n):
+                Kw += opt[i] if sc is None else k[i][:, None] * opt[i]     # k = 1 without per-client scales
+                Kw2[i] = np.vecdot(Kw, Kw)
             Kww = self.client_opt_sums[2] + np.cumsum(k * np.sum(oo, axis=-1), axis=0)
             Kn = self.client_opt_sums[3] + np.cumsum(n2, axis=0)
-            self.client_opt_sums = [Kc[-1].copy(), Kw[-1].copy(), Kww[-1].copy(), Kn[-1].copy()]
-            client_expected = client_exp - self._ls_comparator(Kc, Kw, Kww, Kn, s0)
+            self.client_opt_sums = [Kc[-1].copy(), Kw, Kww[-1].copy(), Kn[-1].copy()]
+            client_expected = client_exp - self._ls_client_comparator(Kc, Kw2, Kww, Kn, s0)
         else:
             n, M = c.shape
             s_all = np.broadcast_to(pop.feature_scale if sc is None else sc, (n, M))
@@ -674,6 +679,20 @@ class RegretTracker:
         client_dynamic = self.client_dyn + np.cumsum(F_played - own, axis=0)
         self.client_dyn = client_dynamic[-1].copy()
         return out, u, client_expected, client_dynamic, part
+
+    def _ls_client_comparator(self, Kc, Kw2, Kww, Kn, s0):
+        """Each client's min_{‖x‖≤D} ½ s0² Σ k ‖x − w‖² + ½ Σ σ² from Σk, ‖Σ k w‖², Σ k ‖w‖², Σ σ² (n, M).
+
+        The minimiser is x̂ = a Σkw/Σk with a = min(1, D Σk/‖Σkw‖) (a = 1 without a radius), so
+        x̂·Σkw = a ‖Σkw‖²/Σk and Σk ‖x̂‖² = a² ‖Σkw‖²/Σk: the value needs ‖Σkw‖², not Σkw itself.
+        The same value as :meth:`_ls_comparator` on the sums (to rounding).
+        """
+        Kc = np.maximum(Kc, 1e-300)
+        q = Kw2 / Kc                                            # ‖Σkw‖²/Σk
+        if self.radius is None:
+            return 0.5 * s0 ** 2 * (Kww - q) + 0.5 * Kn
+        a = np.minimum(1.0, self.radius * Kc / np.maximum(np.sqrt(Kw2), 1e-300))
+        return 0.5 * s0 ** 2 * (Kww - 2 * a * q + a * a * q) + 0.5 * Kn
 
     def _ls_comparator(self, Sc, Sw, Sww, Sn, s0):
         """min_{‖x‖≤D} ½ s0² Σ k ‖x − w‖² + ½ Σ σ², from running sums (any leading shape; (n, M, d) sums
