@@ -241,12 +241,15 @@ def _spreads(population, average, optima, previous_optima, scale, previous_scale
         nw = np.broadcast_to(0.0, (n, M))                                    # only its shape is used
     else:
         nw = np.sqrt(np.einsum("nmd,nmd->nm", optima, optima))                # (n, M)
-    alpha, beta = population.grad_coefficients(nx[:, None], nw, scale=scale)
+    # With one feature scale (scale None) α_{t,m} = s² κ(s‖x̄_t‖) is the same for every client: e = 0 and
+    # ā' = ā, so α is not needed (its quadrature at every step's ‖x̄_t‖ is skipped: zeros stand in for ‖x̄‖)
+    one_scale = scale is None
+    alpha, beta = population.grad_coefficients(np.zeros((n, 1)) if one_scale else nx[:, None], nw, scale=scale)
     alpha = np.broadcast_to(alpha, (n, M))
     beta = np.broadcast_to(beta, (n, M))
     abar = alpha.mean(axis=1)
     e = alpha - abar[:, None]
-    spread = np.any(e)
+    spread = not one_scale and np.any(e)
     bbar = np.empty((n, d))                                                   # b̄_t
     DD, De = np.empty((n, M)), (np.empty((n, M)) if spread else None)        # ‖D_m‖², D_m·x̄
     for i, j in row_blocks(n, M * d * 8):      # a few steps at a time: the (·, M, d) temporaries stay in cache
