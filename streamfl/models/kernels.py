@@ -37,8 +37,8 @@ def sgd_step(W, X, y, mask, eta, kind, out):
     kind : int — ``LEAST_SQUARES`` or ``LOGISTIC``.
     out : float64 (M,) — receives each client's mini-batch mean loss (0 if masked).
 
-    The logistic loss is logaddexp(0, z) − y z and its residual σ(z) − y is
-    computed from e^{−|z|} (no overflow at any z).
+    The logistic loss is logaddexp(0, z) − y z and its residual σ(z) − y
+    takes σ from scipy's expit (no overflow at any z).
 
     Examples
     --------
@@ -71,14 +71,24 @@ def _step(w, X, y, eta, kind):
         r = z - y
         loss = 0.5 * r * r
     else:
-        e = np.exp(-np.abs(z))
         loss = np.logaddexp(0.0, z) - y * z                 # log(1 + e^z) − y z, stable at any z
-        r = np.where(z >= 0, 1.0, e) / (1.0 + e) - y          # σ(z) − y from e^{−|z|}
+        r = _expit()(z) - y                                  # σ(z) − y
     if b == 1:
         w -= (eta * r)[:, None] * x
         return loss
     w -= (eta / b) * np.einsum("mb,mbd->md", r, X)
     return loss.sum(axis=1) / b
+
+
+_EXPIT = []
+
+
+def _expit():
+    """scipy.special.expit (σ(z) = 1/(1 + e^{−z}), without overflow), imported at the first logistic step."""
+    if not _EXPIT:
+        from scipy.special import expit
+        _EXPIT.append(expit)
+    return _EXPIT[0]
 
 
 _SEQUENTIAL = []   # the compiled sequential_sgd, made (loaded from numba's cache) at its first call
