@@ -284,7 +284,15 @@ COMPARATOR_GROUPS = {
     "LogisticPopulation.curvature": "heterogeneity sigma2, zeta2, K2 (+ curvature)",
     "LeastSquaresPopulation.curvature": "heterogeneity sigma2, zeta2, K2 (+ curvature)",
     "sink.csv_block": "metrics rows and file",
-    "tracker._frame": "metrics rows and file",
+    "sink.table_csv": "metrics rows and file",
+    "rows.deliver": "metrics rows and file",
+    "Rows.add": "metrics rows and file",
+    "Rows.add_columns": "metrics rows and file",
+    "Rows.add_group": "metrics rows and file",
+    "Rows.table": "metrics rows and file",
+    "Rows.frame": "metrics rows and file",
+    "Rows.last": "metrics rows and file",
+    "RegretTracker._client_names": "metrics rows and file",
     "RegretTracker._finalize": "end of run: exact static/expected solves (finalize)",
 }
 

@@ -199,7 +199,7 @@ def _print_summary(summary: dict, finished: bool = True):
                       f"BCE per interaction {comp['avg_loss_per_interaction']:.4f}")
     if summary.get("model") == "sparse_logistic":
         comp, concept = summary["comparator"], summary["concept"]
-        from .report.plots import main_label
+        from .report.labels import main_label
         per = "  ".join(f"{main_label(summary) if name == summary['main'] else name} {v:.4f}"
                         for name, v in summary["avg_loss_per_sample"].items())
         console.print(f"cumulative loss (nats): {summary['cum_loss']['fedsea']:.4f}; BCE per sample: {per}",
@@ -217,7 +217,7 @@ def _print_summary(summary: dict, finished: bool = True):
         elif method:
             console.print(f"{key.replace('_', ' ')}: n/a{how}")
     for name, gap in summary.get("gaps", {}).items():
-        from .report.plots import main_label
+        from .report.labels import main_label
         main = main_label(summary)
         console.print(f"loss gap {main} − {name}: {gap:+.4f}")
     reg = (summary.get("heterogeneity") or {}).get("regime") or {}
@@ -253,7 +253,7 @@ def _print_seeds(summary: dict):
         keys += ["concept.regret"] + [k for k in iv if k.startswith("cum_loss.")]
     keys += [k for k in iv if k.startswith("gaps.")]
     estimate = summary.get("regret_static_is_estimate") is True        # gmf runs: an estimated comparator
-    from .report.plots import main_label
+    from .report.labels import main_label
     main = main_label(summary)
 
     def label(key: str) -> str:

@@ -40,9 +40,10 @@ _Speeds = Annotated[list[float] | None, Field(None)]
 
 
 class AbruptDrift(_Model):
-    """Switch to a new random optimum at the given steps (0-based)."""
+    """Switch to a new random optimum at the given steps: ``at: [1200]`` puts the new optimum in effect from
+    step t = 1,200 on (steps count from 1, as metrics.csv's t; step 1,199 still has the old one)."""
     kind: Literal["abrupt"]
-    at: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    at: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
     clients: _Clients = None
     delay: _Delay = 0
     speeds: _Speeds = None
@@ -94,7 +95,8 @@ class AdaptiveDrift(_Model):
 
 
 class HeterogeneityChangeConfig(_Model):
-    """ζ over time: ``ramp`` from ζ to ``to`` between ``start`` and ``end``, or ``periodic``."""
+    """ζ over time: ``ramp`` from ζ at step ``start`` to ``to`` at step ``end`` (steps count from 1), or
+    ``periodic``: ζ + amplitude·sin(2π(t − 1)/period)."""
     kind: Literal["ramp", "periodic"]
     start: int = Field(0, ge=0)
     end: int = Field(0, ge=0)
@@ -104,8 +106,9 @@ class HeterogeneityChangeConfig(_Model):
 
 
 class CovariateShiftConfig(_Model):
-    """Feature-scale factors from the steps ``at`` on (covariate shift), for all or listed clients."""
-    at: list[Annotated[int, Field(ge=0)]] = Field(min_length=1)
+    """Feature-scale factors in effect from the steps ``at`` on (covariate shift; steps count from 1, as
+    metrics.csv's t), for all or listed clients."""
+    at: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
     factors: list[Annotated[float, Field(gt=0)]] = Field(min_length=1)
     clients: list[Annotated[int, Field(ge=0)]] | None = None
 
@@ -233,22 +236,28 @@ class Split(_Model):
 
 
 class CovariateRotation(_Model):
+    """Rotate the features by an angle ramping from 0 at step ``start`` to ``angle`` at step ``end`` (a switch at
+    ``start`` without ``end``); steps count from 1, as metrics.csv's t."""
     kind: Literal["covariate_rotation"]
-    start: int = Field(ge=0)
+    start: int = Field(ge=1)
     end: int | None = None
     angle: float
 
 
 class CovariateScale(_Model):
+    """Scale half the features by a factor ramping from 1 at step ``start`` to ``factor`` at step ``end`` (a switch
+    at ``start`` without ``end``); steps count from 1, as metrics.csv's t."""
     kind: Literal["covariate_scale"]
-    start: int = Field(ge=0)
+    start: int = Field(ge=1)
     end: int | None = None
     factor: float = Field(gt=0)
 
 
 class LabelFlip(_Model):
+    """Flip a ``fraction`` of the labels on the steps start ≤ t < end (to the last step without ``end``); steps
+    count from 1, as metrics.csv's t."""
     kind: Literal["label_flip"]
-    start: int = Field(ge=0)
+    start: int = Field(ge=1)
     end: int | None = None
     fraction: float = Field(1.0, gt=0, le=1)
 

@@ -53,13 +53,14 @@ def test_only_the_listed_clients_drift_at_their_speeds():
 
 
 def test_clients_switch_at_their_own_times():
-    """Abrupt switch at step 10 with delay 5: client m switches at step 10 + 5m (0-based)."""
+    """Abrupt switch at step 10 with delay 5: client m has its new optimum from step t = 10 + 5m on
+    (steps counted from 1, as metrics.csv's t: row i of the stream is step i + 1)."""
     stream = SyntheticStream("least_squares", n_clients=3, n_features=2, n_steps=40,
                              drift=[Abrupt([10]).per_client(delay=5)], seed=1)
     w = _optima(stream)
     for m in range(3):
-        changes = np.flatnonzero(np.any(np.diff(w[:, m], axis=0) != 0, axis=1)) + 1
-        assert changes.tolist() == [10 + 5 * m]
+        changes = np.flatnonzero(np.any(np.diff(w[:, m], axis=0) != 0, axis=1)) + 1     # rows that differ
+        assert (changes + 1).tolist() == [10 + 5 * m]                                  # … as steps t
     assert np.allclose(w[-1, 0], w[-1, 2])            # every client ends on the same new optimum (ζ = 0)
 
 
@@ -95,7 +96,8 @@ def test_per_client_noise_and_feature_scales_in_the_data():
 
 # ----------------------------------------------------------------------------- covariate shift
 def test_covariate_shift_moves_the_features_and_keeps_the_logistic_regrets_exact():
-    """The feature scale of client 1 triples at step 30; F(x) = A(s‖x‖) − s² (x·w) κ(s‖w‖) with that s.
+    """The feature scale of client 1 triples from step t = 30 on (row 29); F(x) = A(s‖x‖) − s² (x·w) κ(s‖w‖)
+    with that s.
 
     Expected regret against a scipy minimisation of Σ_t F_t, dynamic regret
     against a scipy minimisation of each step's F_t.
@@ -104,12 +106,12 @@ def test_covariate_shift_moves_the_features_and_keeps_the_logistic_regrets_exact
     stream = SyntheticStream("logistic", n_clients=M, n_features=d, n_steps=T, batch_size=2, heterogeneity=0.4,
                              radius=1.5, covariate=[CovariateShift(at=[30], factors=[3.0], clients=[1])], seed=4)
     X = np.concatenate([c.X for c in stream.chunks(64)])
-    assert X[:30, 1].std() == pytest.approx(1.0, rel=0.25) and X[30:, 1].std() == pytest.approx(3.0, rel=0.25)
+    assert X[:29, 1].std() == pytest.approx(1.0, rel=0.25) and X[29:, 1].std() == pytest.approx(3.0, rel=0.25)
     tracker, x, chunks = _run(stream, eta=0.1)
     out = tracker.finalize()
     w = np.concatenate([c.optimum for c in chunks])
     s = np.concatenate([c.scale for c in chunks])
-    assert s[29, 1] == 1.0 and s[30, 1] == 3.0 and np.all(s[:, 0] == 1.0)
+    assert s[28, 1] == 1.0 and s[29, 1] == 3.0 and np.all(s[:, 0] == 1.0)     # steps t = 29 and t = 30
     pop = LogisticPopulation(d)
 
     def total(v):
@@ -134,7 +136,8 @@ def test_time_varying_spatial_heterogeneity():
                              heterogeneity_change=change, seed=5)
     w = _optima(stream)
     rms = np.sqrt(np.mean(np.sum((w - w.mean(axis=1, keepdims=True)) ** 2, axis=-1), axis=1))
-    expected = np.clip(0.5 + 1.5 * (np.arange(40) - 10) / 20, 0.5, 2.0)
+    t = np.arange(1, 41)                                         # the steps, counted from 1
+    expected = np.clip(0.5 + 1.5 * (t - 10) / 20, 0.5, 2.0)      # ζ at step 10, 2.0 from step 30 on
     np.testing.assert_allclose(rms, expected, rtol=1e-12)
 
 

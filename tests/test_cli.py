@@ -196,7 +196,7 @@ def test_a_saved_config_runs_again_to_the_same_numbers(tmp_path):
         "output: {plots: false}\n")
     first = _cli(tmp_path, "run", "--config", "exp.yaml", "--no-live", "--out", "a")
     assert first.returncode == 0, first.stderr
-    assert "note: abrupt drift at step 900 comes after the last step (199; steps count from 0): no effect" in \
+    assert "note: abrupt drift at step 900 comes after the last step (200; steps count from 1): no effect" in \
         first.stdout
     again = _cli(tmp_path, "run", "--config", "a/config.yaml", "--no-live", "--out", "b")
     assert again.returncode == 0, again.stderr

@@ -17,13 +17,14 @@ def test_synthetic_drift_after_the_end_and_the_task_source():
     inputs = _inputs({"steps": 100, "source": {"kind": "synthetic", "clients": 2, "dim": 3,
                                                 "drift": [{"kind": "abrupt", "at": [50, 100, 5000]}]}})
     assert inputs["task"] == {"value": "logistic", "source": "default", "rule": None}
-    assert inputs["notes"] == ["abrupt drift at steps 100, 5000 come after the last step (99; steps count from 0): "
+    # steps count from 1: a switch at 100 acts at the last step, T = 100; only 5000 comes too late
+    assert inputs["notes"] == ["abrupt drift at step 5000 comes after the last step (100; steps count from 1): "
                                "no effect"]
     assert inputs["columns"] == [] and inputs["rows"] is None
     assert header_lines(inputs) == [
         "input: synthetic SEA adversary → T = 100 steps, M = 2 clients, d = 3 features, b = 1",
         "task: logistic (default of source.task)",
-        "note: abrupt drift at steps 100, 5000 come after the last step (99; steps count from 0): no effect",
+        "note: abrupt drift at step 5000 comes after the last step (100; steps count from 1): no effect",
     ]
 
 
@@ -44,7 +45,7 @@ def test_file_source_inputs(tmp_path):
     assert inputs["notes"] == [
         "1 row not streamed: the last mini-batch of 1 client had fewer than b = 2 rows (only full mini-batches are "
         "streamed)",
-        "covariate_scale starts at step 7, after the last step (1; steps count from 0): no effect",
+        "covariate_scale starts at step 7, after the last step (2; steps count from 1): no effect",
         "the table gives T = 2 steps, fewer than steps: 10",
     ]
     lines = header_lines(inputs)

@@ -33,8 +33,9 @@ def _tiny(label_values=(0, 1, 0, 1, 1, 0, 0, 1), n_clients=2):
 def test_abrupt_quarter_turn_maps_exact_vectors():
     base = _tiny()
     X0, _, _ = _collect(base)
-    # pi/2 in the (a, c) plane taking a towards c: (a, b, c, 1) -> (-c, b, a, 1) from step 2 on.
-    drifted = InjectedDrift(base, [CovariateRotation(start=2, end=2, angle=math.pi / 2, plane=(0, 2))])
+    # pi/2 in the (a, c) plane taking a towards c: (a, b, c, 1) -> (-c, b, a, 1) from step 3 on (rows are the
+    # steps t = 1, 2, …: rows 2 and 3 turn, steps 1 and 2 do not)
+    drifted = InjectedDrift(base, [CovariateRotation(start=3, end=3, angle=math.pi / 2, plane=(0, 2))])
     X, y, _ = _collect(drifted)
     expected = np.array(
         [
@@ -52,17 +53,19 @@ def test_abrupt_quarter_turn_maps_exact_vectors():
 def test_random_plane_rotation_is_a_rotation_of_the_non_intercept_features():
     base = _tiny()
     X0, _, _ = _collect(base)
-    X, _, _ = _collect(InjectedDrift(base, [CovariateRotation(start=1, end=3, angle=1.0, seed=5)]))
+    X, _, _ = _collect(InjectedDrift(base, [CovariateRotation(start=2, end=4, angle=1.0, seed=5)]))
     np.testing.assert_array_equal(X[..., 3], 1.0)  # intercept untouched
     np.testing.assert_allclose(np.linalg.norm(X, axis=-1), np.linalg.norm(X0, axis=-1))
-    np.testing.assert_array_equal(X[:2], X0[:2])  # ramp: 0 at step 1
+    np.testing.assert_array_equal(X[:2], X0[:2])  # ramp: 0 up to step 2 (rows 0, 1)
+    assert not np.allclose(X[2], X0[2])            # and half the angle at step 3
     # Inner products between samples of the same step are preserved (same rotation).
     for t in range(4):
         np.testing.assert_allclose(X[t, :, 0] @ X[t, :, 0].T, X0[t, :, 0] @ X0[t, :, 0].T)
-    # With two free features the random plane is the whole (a, b) plane: angle at step 2 is 2 * 2/4 = 1.
+    # With two free features the random plane is the whole (a, b) plane: angle at step 3 (row 2) is
+    # 2 · (3 − 1)/4 = 1.
     table = pd.DataFrame({"a": [1.0, 0.0, 3.0], "b": [0.0, 1.0, 4.0], "y": [0, 1, 0]})
     two = TableStream(table, label="y", n_clients=1, standardize=False)
-    Xr, _, _ = _collect(InjectedDrift(two, [CovariateRotation(start=0, end=4, angle=2.0, seed=1)]))
+    Xr, _, _ = _collect(InjectedDrift(two, [CovariateRotation(start=1, end=5, angle=2.0, seed=1)]))
     c, s = math.cos(1.0), math.sin(1.0)
     got = Xr[2, 0, 0, :2]
     assert np.allclose(got, [c * 3 - s * 4, s * 3 + c * 4]) or np.allclose(got, [c * 3 + s * 4, -s * 3 + c * 4])
@@ -71,11 +74,11 @@ def test_random_plane_rotation_is_a_rotation_of_the_non_intercept_features():
 def test_covariate_scale_ramps_half_the_features():
     base = _tiny()
     X0, _, _ = _collect(base)
-    X, _, _ = _collect(InjectedDrift(base, [CovariateScale(start=1, end=3, factor=5.0, features=[1])]))
-    factors = np.array([1.0, 1.0, 3.0, 5.0])  # 1 + 4 * clip((t - 1) / 2, 0, 1)
+    X, _, _ = _collect(InjectedDrift(base, [CovariateScale(start=2, end=4, factor=5.0, features=[1])]))
+    factors = np.array([1.0, 1.0, 3.0, 5.0])  # steps t = 1..4: 1 + 4 * clip((t - 2) / 2, 0, 1)
     np.testing.assert_allclose(X[..., 1], X0[..., 1] * factors[:, None, None])
     np.testing.assert_array_equal(X[..., [0, 2, 3]], X0[..., [0, 2, 3]])
-    X, _, _ = _collect(InjectedDrift(base, [CovariateScale(start=0, end=0, factor=2.0, seed=3)]))
+    X, _, _ = _collect(InjectedDrift(base, [CovariateScale(start=1, end=1, factor=2.0, seed=3)]))
     changed = np.flatnonzero(np.any(X != X0, axis=(0, 1, 2)))
     assert len(changed) == 1 and changed[0] < 3  # max(1, 3 // 2) features, never the intercept
 
@@ -83,16 +86,16 @@ def test_covariate_scale_ramps_half_the_features():
 def test_label_flip_fraction_one_flips_exactly_the_window():
     base = _tiny()
     _, y0, _ = _collect(base)
-    _, y, _ = _collect(InjectedDrift(base, [LabelFlip(start=2, end=4)]), chunk_size=3)
+    _, y, _ = _collect(InjectedDrift(base, [LabelFlip(start=3, end=5)]), chunk_size=3)    # steps 3 and 4
     np.testing.assert_array_equal(y[:2], y0[:2])
     np.testing.assert_array_equal(y[2:], 1 - y0[2:])
 
     table = pd.DataFrame({"x": np.arange(12.0), "y": ["a", "b", "c"] * 4})
     soft = TableStream(table, label="y", n_clients=2)
     _, ys0, _ = _collect(soft)
-    _, ys, _ = _collect(InjectedDrift(soft, [LabelFlip(start=2, end=4)]))
+    _, ys, _ = _collect(InjectedDrift(soft, [LabelFlip(start=3, end=5)]))
     flipped = np.zeros(soft.n_steps, bool)
-    flipped[2:4] = True
+    flipped[2:4] = True                                                  # rows 2, 3: steps t = 3, 4
     np.testing.assert_array_equal(ys[flipped], (ys0[flipped] + 1) % 3)
     np.testing.assert_array_equal(ys[~flipped], ys0[~flipped])
 
@@ -103,7 +106,7 @@ def test_partial_flip_fraction_and_replay():
                           "y": rng.integers(0, 2, 4000)})
     base = TableStream(table, label="y", n_clients=4, batch_size=5)
     drifted = InjectedDrift(base, [CovariateRotation(50, 100, 0.7, seed=2), CovariateScale(20, 20, 0.5, seed=4),
-                                   LabelFlip(100, None, fraction=0.3, seed=9)])
+                                   LabelFlip(101, None, fraction=0.3, seed=9)])      # from row 100
     X1, y1, _ = _collect(drifted, 256)
     X2, y2, _ = _collect(drifted, 256)
     X3, y3, _ = _collect(drifted, 7)  # same data whatever the chunk size
@@ -144,12 +147,15 @@ def test_validation_messages():
         CovariateRotation(start=5, end=3, angle=1.0)
     assert str(err.value) == "The 'end' parameter of CovariateRotation must be an int >= start (5). Got 3 instead."
     with pytest.raises(ValueError, match="The 'factor' parameter of CovariateScale must be a float > 0. Got 0"):
-        CovariateScale(0, 1, 0.0)
+        CovariateScale(1, 1, 0.0)
     with pytest.raises(ValueError, match=r"The 'fraction' parameter of LabelFlip must be a float > 0 and <= 1"):
-        LabelFlip(0, fraction=1.5)
+        LabelFlip(1, fraction=1.5)
+    for make in (lambda: CovariateRotation(0, 0, 1.0), lambda: CovariateScale(0, 2, 2.0), lambda: LabelFlip(0)):
+        with pytest.raises(ValueError, match=r"'start' parameter of \w+ must be an int >= 1 \(steps count from 1"):
+            make()
     one = TableStream(pd.DataFrame({"a": [1.0, 2.0], "y": [0, 1]}), label="y", n_clients=1)
     with pytest.raises(ValueError, match="CovariateRotation needs at least 2 non-intercept features; the stream has 1"):
-        InjectedDrift(one, [CovariateRotation(0, 0, 1.0)])
+        InjectedDrift(one, [CovariateRotation(1, 1, 1.0)])
 
 
 class _KnownOptimum(Stream):
@@ -179,13 +185,15 @@ def test_optimum_follows_covariate_drift():
 
 
 def test_drift_injected_after_the_end_is_noted():
-    base = _tiny()                                   # 4 steps: 0..3
+    base = _tiny()                                   # 4 steps: 1..4
     drifted = InjectedDrift(base, [LabelFlip(start=5000), CovariateRotation(start=2, end=9, angle=1.0),
-                                   CovariateScale(start=1, end=3, factor=2.0)])
+                                   CovariateScale(start=1, end=3, factor=2.0), LabelFlip(start=4)])
     assert drifted.notes_ == [
-        "label_flip starts at step 5000, after the last step (3; steps count from 0): no effect",
-        "covariate_rotation ramps until step 9, after the last step (3): it reaches 14% of its full change",
-    ]
+        "label_flip starts at step 5000, after the last step (4; steps count from 1): no effect",
+        "covariate_rotation ramps until step 9, after the last step (4): it reaches 29% of its full change",
+    ]                                                # (4 − 2)/(9 − 2) = 29 %; a flip from step 4 is in time
     assert drifted.columns_ == base.columns_ and drifted.task_rule_ == base.task_rule_
     X, y, _ = _collect(drifted)
-    np.testing.assert_array_equal(y, _collect(base)[1])          # and indeed no label flipped
+    y0 = _collect(base)[1]
+    np.testing.assert_array_equal(y[:3], y0[:3])                 # the late flip never acts,
+    np.testing.assert_array_equal(y[3], 1 - y0[3])               # the one from step 4 does

@@ -19,11 +19,12 @@ PLOTS = ("regret.png", "regret_over_sqrt_t.png", "client_losses.png", "heterogen
 
 def synthetic_run(T: int = 2000, M: int = 5, seed: int = 0, baselines=("tau1", "local", "centralized"),
                   switches=(700, 1400)) -> tuple[pd.DataFrame, dict]:
-    """A plausible metrics frame and summary: √t regret, drift bumps, σ²/ζ²/K²."""
+    """A plausible metrics frame and summary: √t regret, drift bumps, σ²/ζ²/K²; ``switches`` are the steps t
+    (counted from 1, as the config's ``at``) of abrupt drift: the regrets bump and K² spikes from there."""
     rng = np.random.default_rng(seed)
     switches = [s for s in switches if s < T]
     t = np.arange(1, T + 1, dtype=float)
-    bump = sum(3.0 * np.log1p(np.maximum(t - s, 0.0)) for s in switches)
+    bump = sum(3.0 * np.log1p(np.maximum(t - s + 1, 0.0)) for s in switches)
     loss = 0.5 + 2.0 / np.sqrt(t) + 0.05 * rng.standard_normal(T) ** 2
     cum_loss = np.cumsum(loss)
     cols = {"t": t.astype(int), "loss": loss, "cum_loss": cum_loss}
@@ -40,7 +41,7 @@ def synthetic_run(T: int = 2000, M: int = 5, seed: int = 0, baselines=("tau1", "
     cols["zeta2"] = 0.2 * np.exp(rng.normal(0, 0.15, T))
     k2 = 0.004 * np.exp(rng.normal(0, 0.4, T))
     for s in switches:
-        k2[s] += 5.0
+        k2[s - 1] += 5.0                                     # row s − 1 is step s
     k2[0] = np.nan
     cols["K2"] = k2
     for m in range(M):
@@ -60,7 +61,7 @@ def synthetic_run(T: int = 2000, M: int = 5, seed: int = 0, baselines=("tau1", "
                           "parallelisation_helps": True},
         "config": {"name": "demo-logistic", "task": "logistic",
                    "source": {"kind": "synthetic", "task": "logistic",
-                              "drift": [{"kind": "abrupt", "at": [s - 1 for s in switches]},
+                              "drift": [{"kind": "abrupt", "at": list(switches)},
                                         {"kind": "linear", "speed": 0.01}]}},
     }
     return df, summary
@@ -215,14 +216,15 @@ def test_every_time_axis_marks_injected_and_synthetic_drift(build):
     fig = build(df, _with_injected_drift(summary))
     spans = [p for ax in fig.axes for p in ax.patches if isinstance(p, Rectangle) and not (p.get_label() or "_").startswith("_")]
     labels = sorted(p.get_label() for p in spans)
-    assert labels == ["injected covariate rotation 1.5 rad, t = 201–301 then held",
-                      "injected label flip (25% of labels), t ≥ 451"]
+    # steps count from 1 in the config as on the axes: the marks sit at the steps the config names
+    assert labels == ["injected covariate rotation 1.5 rad, t = 200–300 then held",
+                      "injected label flip (25% of labels), t ≥ 450"]
     flip = next(p for p in spans if "label flip" in p.get_label())
     assert flip.get_hatch() == "//"
     assert "abrupt drift switch" in _legend_texts(fig)
-    assert _lines(fig.axes[0])["abrupt drift switch"].get_xdata()[0] == 100
+    assert _lines(fig.axes[0])["abrupt drift switch"].get_xdata()[0] == 99
     for ax in fig.axes:                                   # both panels of regret.png carry the marks
-        assert any(isinstance(p, Rectangle) and p.get_x() == 201 for p in ax.patches)
+        assert any(isinstance(p, Rectangle) and p.get_x() == 200 for p in ax.patches)
 
 
 def test_continuous_drift_is_named_in_the_regret_subtitle():

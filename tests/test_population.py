@@ -475,16 +475,19 @@ def _mixed_scale_sums():
 def test_hindsight_sums_as_arrays_give_the_values_of_the_former_dict_of_groups():
     # The (row, scale) groups are kept as sorted arrays and solved for all rows at once (no Python
     # loop over clients: the former per-row count over a dict was O(M²), minutes at M = 10^4).
-    # The numbers below were printed by the dict-based code before the change; equality is exact.
+    # The numbers below were printed by the dict-based code before the change; the array-based code gave
+    # them exactly. The quadratures are numpy sums since (not numba loops: another summation order), which
+    # moves them by a few units in the last place, hence rel=1e-14.
     net, per = _mixed_scale_sums()
-    assert net.solve()[1].tolist() == [40.66408735228035]
-    assert net.solve(radius=0.1)[1].tolist() == [40.670029510312354]
-    assert per.solve()[1].tolist() == [8.926137452270776, 9.042030967903697, 7.434586268461514,
-                                       7.893255621639613, 6.776300455973642]
-    assert per.solve(radius=0.1)[1].tolist() == [8.987047021865942, 9.051866578557823, 7.460084042771855,
-                                                 7.896999759302584, 7.009088616298398]
-    assert per.solve()[0][3].tolist() == [0.06548888605976856, 0.09784116506177155, 0.0743031612588738,
-                                          -0.016588354229768062]
+    close = lambda v: pytest.approx(v, rel=1e-14, abs=0)   # noqa: E731
+    assert net.solve()[1].tolist() == close([40.66408735228035])
+    assert net.solve(radius=0.1)[1].tolist() == close([40.670029510312354])
+    assert per.solve()[1].tolist() == close([8.926137452270776, 9.042030967903697, 7.434586268461514,
+                                             7.893255621639613, 6.776300455973642])
+    assert per.solve(radius=0.1)[1].tolist() == close([8.987047021865942, 9.051866578557823, 7.460084042771855,
+                                                       7.896999759302584, 7.009088616298398])
+    assert per.solve()[0][3].tolist() == pytest.approx([0.06548888605976856, 0.09784116506177155,
+                                                        0.0743031612588738, -0.016588354229768062], rel=1e-12)
     assert sorted(per.groups.items())[:3] == [((0, 1.0), 9.513710064586467), ((0, 2.0), 3.615076891024813),
                                               ((1, 1.0), 11.617150047537438)]
 
@@ -508,3 +511,34 @@ def test_hindsight_sums_per_client_equal_each_client_solved_alone():
         x, v = alone.solve()
         np.testing.assert_allclose(v[0], v_all[m], rtol=1e-13)
         np.testing.assert_allclose(x[0], x_all[m], rtol=1e-10, atol=1e-15)
+
+
+def test_quantities_from_shared_norms_and_distances_equal_the_direct_ones():
+    # The tracker computes ‖w‖ and ‖x − w‖² once per chunk and hands them to F, σ², u_t and the hindsight
+    # sums; every such shortcut must give exactly what the method computes on its own.
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((6, 4, 3)), rng.standard_normal((6, 4, 3))
+    s, nz = rng.uniform(0.5, 2.0, (6, 4)), rng.uniform(0.1, 1.0, (6, 4))
+    ls = LeastSquaresPopulation(3, noise=0.7, kurtosis=4.5)
+    d2 = ls.sqdist(x, w)
+    assert np.array_equal(ls.loss_of_sqdist(d2, s, nz), ls.loss(x, w, s, nz))
+    assert np.array_equal(ls.grad_noise_of_sqdist(d2, s, nz), ls.grad_noise(x, w, s, nz))
+    lg = LogisticPopulation(3)
+    nw = np.sqrt(np.einsum("...d,...d->...", w, w))
+    assert np.array_equal(lg.minimize_mean(w, w_norm=nw), lg.minimize_mean(w))
+    assert np.array_equal(lg.minimize_mean(w, scale=s, weights=s / s.sum(1, keepdims=True), w_norm=nw),
+                          lg.minimize_mean(w, scale=s, weights=s / s.sum(1, keepdims=True)))
+    u = rng.standard_normal((6, 3))
+    ub = np.broadcast_to(u[:, None, :], w.shape)
+    un = np.broadcast_to(np.sqrt(np.einsum("nd,nd->n", u, u))[:, None], (6, 4))
+    assert np.array_equal(lg.curvature(ub, scale=s, x_norm=un), lg.curvature(ub, scale=s))
+    a, b = lg.running_sums(per_client=True), lg.running_sums(per_client=True)
+    a.absorb(w, np.ones((6, 4)), s, nw)
+    b.absorb(w, np.ones((6, 4)), s)
+    assert np.array_equal(a.solve()[1], b.solve()[1])
+    # σ²: repeated points are computed once and remembered; the values are those of a fresh population
+    xs = np.concatenate([x[:2], x[:2]])
+    ws = np.concatenate([w[:2], w[:2]])
+    first, again = lg.grad_noise(xs, ws), lg.grad_noise(xs, ws)
+    fresh = LogisticPopulation(3).grad_noise(x[:2], w[:2])
+    assert np.array_equal(first, again) and np.array_equal(first[:2], fresh) and np.array_equal(first[2:], fresh)

@@ -146,14 +146,26 @@ def test_concept_drift_too_narrow_for_its_position_is_refused_up_front():
 def test_task_rule_columns_and_drift_after_the_end():
     s = RiverSynthStream("ConceptDriftStream", n_clients=2, n_steps=100, batch_size=2, params={"position": 5000})
     assert s.task_rule_ == "labels are integers, so classes → logistic"
-    assert s.notes_ == ["ConceptDriftStream's drift position 5000 is at or after sample 200, past the last one each "
-                        "generator draws (T·b = 200): no drift there"]
+    assert s.notes_ == ["ConceptDriftStream's drift position 5000 comes after sample 200, the last one each "
+                        "generator draws (T·b = 200 samples, counted from 1 by River): no drift there"]
     assert s.columns_[0] == {"column": "salary", "read_as": "number", "why": "numbers"}
     assert s.columns_[-1]["why"].startswith("2 classes, numbered in sorted order: 0 → 0 (")
     assert RiverSynthStream("ConceptDriftStream", n_clients=2, n_steps=100, batch_size=2,
                             params={"position": 150, "width": 50}).notes_ == [
-        "ConceptDriftStream: position 150 and width 50 count samples of each client's generator (2 per step), so "
-        "the change is centred at step 75 (steps count from 0)"]
+        "ConceptDriftStream: position 150 and width 50 count samples of each client's generator from 1 (2 per "
+        "step), so the change is centred at step t = 75 (steps count from 1, as metrics.csv's t)"]
+    # River's ConceptDriftStream centres the change on its sample `position`, counted from 1: sample 150 of a
+    # client's generator is the 2nd sample of step 75 (samples 149, 150), and 200 (the last) is still inside
+    assert RiverSynthStream("ConceptDriftStream", n_clients=2, n_steps=100, batch_size=2,
+                            params={"position": 200, "width": 50}).notes_[0].endswith("centred at step t = 100 "
+                                                                                      "(steps count from 1, as "
+                                                                                      "metrics.csv's t)")
+    # FriedmanDrift counts its samples from 0: position 5 is the 6th sample, step 6 with b = 1, step 3 with b = 2
+    assert RiverSynthStream("FriedmanDrift", n_clients=2, n_steps=20, params={"position": (5, 10, 15)}).notes_ == [
+        "FriedmanDrift: position 5, 10, 15 counts samples of each client's generator from 0 (1 per step), so the "
+        "drift acts from step t = 6, 11, 16 (steps count from 1, as metrics.csv's t)"]
+    assert "from step t = 3, 6, 8 " in RiverSynthStream("FriedmanDrift", n_clients=2, n_steps=20, batch_size=2,
+                                                       params={"position": (5, 10, 15)}).notes_[0]
     mv = RiverSynthStream("Mv", n_clients=1, n_steps=30)
     assert {c["column"]: c["read_as"] for c in mv.columns_}["3"] == "category"
     assert mv.task_rule_ == "labels are real numbers, so a regression target → least_squares"

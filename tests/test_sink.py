@@ -24,7 +24,8 @@ def test_block_equals_pandas_to_csv():
     for seed, n in ((0, 1), (1, 300), (2, 0)):
         full = _frame(n, seed)
         # with a boolean column (column by column) and without (one float block, integers < 2^53)
-        for frame in (full, full.drop(columns="flag"), full.drop(columns="flag").assign(big=2 ** 60 + 1)):
+        nan_first = full[["wild", "t", "loss", "all_nan", "small"]]        # NaN in the first column too
+        for frame in (full, full.drop(columns="flag"), full.drop(columns="flag").assign(big=2 ** 60 + 1), nan_first):
             for header in (True, False):
                 want = frame.to_csv(index=False, header=header, float_format="%.10g")
                 assert csv_block(frame, header) == want
@@ -50,14 +51,39 @@ def test_other_dtypes_fall_back_to_pandas(tmp_path):
     assert (tmp_path / "metrics.csv").read_text() == "t,name\n1,a\n2,\n"
 
 
-def test_tracker_frame_equals_dataframe_of_its_columns():
-    from streamfl.regret.tracker import _frame
+def test_rows_frame_equals_dataframe_of_its_columns():
+    from streamfl.regret.rows import Rows
     rng = np.random.default_rng(7)
     n = 5
     cols = {"t": np.arange(1, n + 1), "loss": rng.random(n), "nan": np.full(n, np.nan),
             **{f"client{m}_cum_loss": rng.random(n) for m in range(3)},
             "bytes_up": np.arange(n) * 10, "f32": rng.random(n).astype(np.float32), "last": rng.random(n)}
-    got, want = _frame(cols, n), pd.DataFrame(cols)
+    rows = Rows(n)
+    rows.add_columns(cols)
+    got, want = rows.frame(), pd.DataFrame(cols)
     pd.testing.assert_frame_equal(got, want)
     assert list(got.columns) == list(cols)
     assert csv_block(got, True) == want.to_csv(index=False, float_format="%.10g")
+
+
+def test_rows_with_column_groups_write_what_pandas_writes(tmp_path):
+    """A chunk handed to the sink as Rows (groups of per-client columns, an integer step column, NaN and ±inf,
+    huge and tiny values) gives the file pandas' to_csv gives for the same columns, chunk by chunk."""
+    from streamfl.regret.rows import Rows
+    rng = np.random.default_rng(3)
+    sink = MetricsSink(tmp_path)
+    ref = tmp_path / "ref.csv"
+    for i, n in enumerate((7, 4)):
+        rows = Rows(n)
+        wild = rng.standard_normal(n) * 10.0 ** rng.integers(-320, 300, n)
+        wild[0], wild[1] = np.nan, -np.inf
+        rows.add_columns({"t": np.arange(1, n + 1) + 7 * i, "wild": wild})
+        group = rng.standard_normal((n, 6)) * 1e3
+        group[2, 3] = np.nan
+        rows.add_group([f"client{m}_{k}" for m in range(3) for k in ("a", "b")], group)
+        rows.add("bytes_up", np.arange(n, dtype=np.int64) * 2 ** 40)
+        assert rows.last()["t"] == 7 * i + n and rows["client2_b"].tolist() == group[:, 5].tolist()
+        sink(rows)
+        rows.frame().to_csv(ref, mode="w" if i == 0 else "a", header=i == 0, index=False, float_format="%.10g")
+    sink.close()
+    assert (tmp_path / "metrics.csv").read_bytes() == ref.read_bytes()

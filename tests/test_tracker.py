@@ -342,3 +342,28 @@ def test_running_sum_is_the_same_whatever_the_chunks():
             head = running_sum(start, a[:cut])
             np.testing.assert_array_equal(np.concatenate([head, running_sum(head[-1], a[cut:])]), whole)
     assert running_sum(0.0, np.empty(0)).shape == (0,)
+
+
+@pytest.mark.parametrize("radius", [None, 0.4, 50.0])
+def test_client_expected_comparator_from_the_norm_of_the_sums_equals_the_minimiser(radius):
+    # each client's least-squares comparator min_{‖x‖≤D} ½ s0² Σ k ‖x − w‖² + ½ Σ σ² is taken from
+    # ‖Σ k w‖² alone (no (n, M, d) running sums); it must equal the value at the explicit minimiser
+    rng = np.random.default_rng(5)
+    n, M, d = 7, 4, 3
+    w = rng.standard_normal((n, M, d)) + 0.3
+    k = rng.uniform(0.5, 2.0, (n, M))
+    Kc, Kw = np.cumsum(k, axis=0), np.cumsum(k[..., None] * w, axis=0)
+    Kww, Kn = np.cumsum(k * np.sum(w * w, axis=-1), axis=0), np.cumsum(rng.uniform(0, 1, (n, M)), axis=0)
+    tr = RegretTracker(Fixed(np.zeros((2, 2))), "fedsea", ["fedsea"], radius=radius)
+    got = tr._ls_client_comparator(Kc, np.sum(Kw * Kw, axis=-1), Kww, Kn, 1.7)
+    xhat = Kw / Kc[..., None]
+    if radius is not None:
+        xhat *= np.minimum(1.0, radius / np.linalg.norm(xhat, axis=-1))[..., None]
+    # ½ s0² Σ_s k_s ‖x̂ − w_s‖² written out step by step
+    want = np.empty((n, M))
+    for t in range(n):
+        dist = np.sum(k[:t + 1, :, None] * (xhat[t][None] - w[:t + 1]) ** 2, axis=(0, 2))
+        want[t] = 0.5 * 1.7 ** 2 * dist + 0.5 * Kn[t]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    if radius == 0.4:
+        assert (np.linalg.norm(Kw / Kc[..., None], axis=-1) > radius).mean() > 0.5    # the ball binds mostly

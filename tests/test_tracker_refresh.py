@@ -140,6 +140,22 @@ def test_interpolated_softplus_mean_agrees_with_the_quadrature():
     assert np.max(np.abs(softplus_mean(tau) - exact) / exact) < 5e-15
 
 
+def test_softplus_grid_filled_segment_by_segment_equals_the_whole_grid():
+    # the grid is computed as the run's τ reach it; a node's value must not depend on which τ came first
+    import streamfl.regret.fastquad as fq
+    saved, tau = fq._GRID, np.array([41.3, 0.2, 7.77, 63.999])
+    try:
+        fq._GRID = None
+        first = [float(fq.softplus_mean(np.array([v]))[0]) for v in tau]     # one segment at a time
+        assert fq._GRID[3].sum() < len(fq._GRID[3])                           # not the whole grid
+        fq._GRID = None
+        fq._grid()                                                            # the whole grid at once
+        assert fq._GRID[3].all()
+        assert fq.softplus_mean(tau).tolist() == first
+    finally:
+        fq._GRID = saved
+
+
 def test_noise_on_rotating_clients_is_their_mean():
     pop = LogisticPopulation(3)
     rng = np.random.default_rng(1)

@@ -30,9 +30,10 @@ class Chunk:
     Attributes
     ----------
     t0 : int
-        Index of the first step in the chunk (steps are 0-based).
+        Steps before the chunk: its rows are the steps t = t0 + 1, …, t0 + n
+        (steps count from 1, as metrics.csv's ``t``).
     X : ndarray of shape (n, M, b, d), float64
-        Features. ``X[i, m]`` is client m's mini-batch at step ``t0 + i``.
+        Features. ``X[i, m]`` is client m's mini-batch at step t = ``t0 + i + 1``.
     y : ndarray of shape (n, M, b), float64
         Labels: real targets for least squares, {0, 1} for logistic, class
         indices 0..K-1 for softmax.

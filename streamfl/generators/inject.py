@@ -11,8 +11,13 @@ and kind:
 * :class:`LabelFlip` — concept drift by flipping labels.
 
 Injectors are vectorised over the chunk's steps and depend only on the global
-step index and their seed, so a stream gives the same data whatever the chunk
-size and on every replay.
+step and their seed, so a stream gives the same data whatever the chunk size
+and on every replay.
+
+Steps count from 1, as metrics.csv's ``t`` and the plots' time axes do: an
+injection with ``start: 2000`` first acts at step t = 2,000 (step 1,999 is
+untouched); a ramp reaches its full change at t = ``end``; a label flip acts
+on the steps start ≤ t < end.
 """
 
 from __future__ import annotations
@@ -57,7 +62,8 @@ class Injector(ABC):
     start: int
 
     def _ramp(self, t: np.ndarray) -> np.ndarray:
-        """0 before ``start``, linear to 1 at ``end``, 1 afterwards; a step if end == start."""
+        """0 before step ``start``, linear to 1 at step ``end``, 1 afterwards; a switch if end == start
+        (t counts from 1)."""
         if self.end == self.start:
             return (t >= self.start).astype(np.float64)
         return np.clip((t - self.start) / (self.end - self.start), 0.0, 1.0)
@@ -66,8 +72,8 @@ class Injector(ABC):
     def _prepare(self, stream: Stream) -> dict: ...
 
     @abstractmethod
-    def _active(self, t0: int, t1: int) -> bool:
-        """Whether the injector changes anything on steps t0 .. t1-1."""
+    def _active(self, first: int, last: int) -> bool:
+        """Whether the injector changes anything on the steps first .. last (counted from 1, inclusive)."""
 
     @abstractmethod
     def _apply(self, state: dict, t: np.ndarray, X: np.ndarray, y: np.ndarray) -> None: ...
@@ -81,13 +87,13 @@ class Injector(ABC):
     def _late(self, n_steps: int) -> str | None:
         """A one-line note if this injector starts, or ends its ramp, after the last step of ``n_steps``."""
         name = self.kind
-        if self.start >= n_steps:
-            return (f"{name} starts at step {self.start}, after the last step ({n_steps - 1}; steps count from 0): "
+        if self.start > n_steps:
+            return (f"{name} starts at step {self.start}, after the last step ({n_steps}; steps count from 1): "
                     f"no effect")
         end = getattr(self, "end", None)
-        if self.changes_features and end is not None and end > n_steps - 1:   # a ramp (label flips switch)
-            share = float(self._ramp(np.array([n_steps - 1]))[0])
-            return (f"{name} ramps until step {end}, after the last step ({n_steps - 1}): it reaches "
+        if self.changes_features and end is not None and end > n_steps:   # a ramp (label flips switch)
+            share = float(self._ramp(np.array([n_steps]))[0])
+            return (f"{name} ramps until step {end}, after the last step ({n_steps}): it reaches "
                     f"{share:.0%} of its full change")
         return None
 
@@ -97,7 +103,7 @@ class Injector(ABC):
 
 
 def _check_window(owner: str, start, end, allow_none_end: bool = False) -> tuple[int, int | None]:
-    start = _check_int(start, "start", owner, 0)
+    start = _check_int(start, "start", owner, 1, "an int >= 1 (steps count from 1, as metrics.csv's t)")
     if end is None and allow_none_end:
         return start, None
     what = f"an int >= start ({start})" + (" or None" if allow_none_end else "")
@@ -119,7 +125,8 @@ class CovariateRotation(Injector):
     Parameters
     ----------
     start : int
-        ≥ 0, first step of the ramp.
+        ≥ 1, first step of the ramp (steps count from 1); the angle is 0 up to
+        this step and, for ``end == start``, the full angle from it on.
     end : int
         ≥ start, step at which the full angle is reached.
     angle : float
@@ -140,9 +147,9 @@ class CovariateRotation(Injector):
     Examples
     --------
     >>> import numpy as np
-    >>> rot = CovariateRotation(start=0, end=0, angle=np.pi / 2, plane=(0, 1))
+    >>> rot = CovariateRotation(start=1, end=1, angle=np.pi / 2, plane=(0, 1))
     >>> rot
-    CovariateRotation(start=0, end=0, angle=1.5707963267948966, seed=0, plane=(0, 1))
+    CovariateRotation(start=1, end=1, angle=1.5707963267948966, seed=0, plane=(0, 1))
     """
 
     kind = "covariate_rotation"
@@ -184,8 +191,8 @@ class CovariateRotation(Injector):
             u[free], v[free] = q[:, 0], q[:, 1]
         return {"u": u, "v": v}
 
-    def _active(self, t0: int, t1: int) -> bool:
-        return self.angle != 0 and t1 - 1 >= self.start
+    def _active(self, first: int, last: int) -> bool:
+        return self.angle != 0 and last >= self.start
 
     def _rotate(self, state: dict, theta: np.ndarray, Z: np.ndarray) -> None:
         """Rotate Z (..., d) in place; theta broadcasts against Z[..., 0]."""
@@ -216,7 +223,8 @@ class CovariateScale(Injector):
     Parameters
     ----------
     start : int
-        ≥ 0, first step of the ramp.
+        ≥ 1, first step of the ramp (steps count from 1); the factor is 1 up
+        to this step and, for ``end == start``, ``factor`` from it on.
     end : int
         ≥ start, step at which the full factor is reached.
     factor : float
@@ -273,8 +281,8 @@ class CovariateScale(Injector):
             idx = np.sort(np.random.default_rng(self.seed).choice(free, size=k, replace=False))
         return {"idx": idx}
 
-    def _active(self, t0: int, t1: int) -> bool:
-        return self.factor != 1 and t1 - 1 >= self.start
+    def _active(self, first: int, last: int) -> bool:
+        return self.factor != 1 and last >= self.start
 
     def _scale(self, t: np.ndarray) -> np.ndarray:
         return 1.0 + (self.factor - 1.0) * self._ramp(t)
@@ -299,7 +307,7 @@ class LabelFlip(Injector):
     Parameters
     ----------
     start : int
-        ≥ 0, first flipped step.
+        ≥ 1, first flipped step (steps count from 1).
     end : int or None
         > start, first step no longer flipped; ``None`` flips to the end.
     fraction : float
@@ -324,7 +332,7 @@ class LabelFlip(Injector):
 
     def __init__(self, start: int, end: int | None = None, fraction: float = 1.0, seed: int = 0):
         owner = "LabelFlip"
-        self.start = _check_int(start, "start", owner, 0)
+        self.start = _check_int(start, "start", owner, 1, "an int >= 1 (steps count from 1, as metrics.csv's t)")
         if end is not None:
             end = _check_int(end, "end", owner, self.start + 1, f"an int > start ({self.start}) or None")
         self.end = end
@@ -339,8 +347,8 @@ class LabelFlip(Injector):
             )
         return {"task": stream.task, "K": stream.n_classes, "M": stream.n_clients, "b": stream.batch_size}
 
-    def _active(self, t0: int, t1: int) -> bool:
-        return t1 > self.start and (self.end is None or t0 < self.end)
+    def _active(self, first: int, last: int) -> bool:
+        return last >= self.start and (self.end is None or first < self.end)
 
     def _apply(self, state, t, X, y) -> None:
         on = t >= self.start
@@ -349,7 +357,9 @@ class LabelFlip(Injector):
         flip = np.broadcast_to(on[:, None, None], y.shape)
         if self.fraction < 1.0:
             M, b = state["M"], state["b"]
-            index = (t[:, None, None] * M + np.arange(M)[:, None]) * b + np.arange(b)
+            # the sample's position in the stream (step t − 1 counted from 0, client, sample): which samples
+            # flip depends on the sample only
+            index = ((t[:, None, None] - 1) * M + np.arange(M)[:, None]) * b + np.arange(b)
             flip = flip & (_hash_uniform(self.seed, index) < self.fraction)
         flipped = 1.0 - y if state["task"] == "logistic" else np.mod(y + 1.0, state["K"])
         np.copyto(y, flipped, where=flip)
@@ -403,13 +413,13 @@ class InjectedDrift(Stream):
     >>> base = TableStream(table, label="y", n_clients=1, standardize=False)
     >>> drifted = InjectedDrift(base, [CovariateRotation(2, 2, np.pi / 2, plane=(0, 1)), LabelFlip(3)])
     >>> chunk = next(drifted.chunks())
-    >>> chunk.X[:, 0, 0].round(12) + 0.0  # (a, b, 1) -> (-b, a, 1) from step 2
+    >>> chunk.X[:, 0, 0].round(12) + 0.0  # rows are steps t = 1..4; (a, b, 1) -> (-b, a, 1) from step 2
     array([[ 1.,  0.,  1.],
-           [ 2.,  0.,  1.],
+           [ 0.,  2.,  1.],
            [-1.,  3.,  1.],
            [-1.,  4.,  1.]])
-    >>> chunk.y[:, 0, 0]  # labels flipped at step 3
-    array([0., 1., 0., 0.])
+    >>> chunk.y[:, 0, 0]  # labels flipped from step 3
+    array([0., 1., 1., 0.])
     """
 
     def __init__(self, stream: Stream, injectors: Sequence[Injector]):
@@ -451,10 +461,10 @@ class InjectedDrift(Stream):
         """Yield the wrapped stream's chunks with the drift applied."""
         for chunk in self.stream.chunks(chunk_size):
             t0, n = chunk.t0, chunk.n_steps
-            active = [(inj, st) for inj, st in zip(self.injectors, self._states) if inj._active(t0, t0 + n)]
+            active = [(inj, st) for inj, st in zip(self.injectors, self._states) if inj._active(t0 + 1, t0 + n)]
             X, y, optimum = chunk.X, chunk.y, chunk.optimum
             if active:
-                t = np.arange(t0, t0 + n)
+                t = np.arange(t0 + 1, t0 + n + 1)             # the chunk's steps, counted from 1
                 if any(inj.changes_features for inj, _ in active):
                     X = np.array(X, dtype=np.float64, copy=True)
                 if any(not inj.changes_features for inj, _ in active):

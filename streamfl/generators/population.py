@@ -62,9 +62,10 @@ which converge geometrically *uniformly* in s‖x‖:
   is computed with Kahan's formula, so x ∥ w, x = 0 and w = 0 need no
   special casing.
 
-The sums are accumulated node by node in compiled (numba) loops, without
-temporaries. Below an argument of 1e-2 the 1-D integrands are evaluated by
-their Taylor series (truncation < 1e-19 relative) instead of through e^{−u}.
+The sums are vectorised numpy over blocks of points (pairwise sums per
+point, so a point's value does not depend on the points evaluated with it).
+Below an argument of 1e-2 the 1-D integrands are evaluated by their Taylor
+series (truncation < 1e-19 relative) instead of through e^{−u}.
 
 Minimisers
 ----------
@@ -95,8 +96,6 @@ import numbers
 from collections.abc import Iterator
 
 import numpy as np
-from numba import njit
-from scipy.special import expit
 
 __all__ = ["LeastSquaresPopulation", "LogisticPopulation", "DiracLeastSquares"]
 
@@ -120,62 +119,58 @@ _WR2R2 = _WR2 * _R2 * _R2
 # Angular part: tanh-sinh on (0, 1); X01 = position, Y01 = 1 − X01 (computed without cancellation).
 _HT = 0.1
 _S = np.arange(-3.0, 3.0 + 1e-12, _HT)
-_X01 = expit(np.pi * np.sinh(_S))
-_Y01 = expit(-np.pi * np.sinh(_S))
+_X01 = 1.0 / (1.0 + np.exp(-np.pi * np.sinh(_S)))
+_Y01 = 1.0 / (1.0 + np.exp(np.pi * np.sinh(_S)))
 _W01 = _HT * np.pi * np.cosh(_S) * _X01 * _Y01
 
 _SIG1, _LOG1PEXP = 0, 1  # kernels of _radial_sum: sigmoid'(u), log(1 + e^{-u})
 _SERIES = 1e-2           # below this argument the 1-D kernels use their Taylor series
-_FASTMATH = {"reassoc", "contract", "nsz", "arcp"}
+_ROWS = 512              # points per block of the 1-D rule (a block's (rows, 315) arrays stay in cache)
 
 
-@njit(cache=True, error_model="numpy", inline="always")
-def _sig1_pos(u):
-    """sigmoid'(u) for u ≥ 0, as e^{-u} / (1 + e^{-u})² (no overflow).
+def _h(u: np.ndarray, kernel: int) -> np.ndarray:
+    """The 1-D integrand at u ≥ 0 (any shape): sigmoid'(u) = e^{-u} / (1 + e^{-u})² (``_SIG1``) or
+    log(1 + e^{-u}) (``_LOG1PEXP``), without overflow.
 
-    Below 1e-2: ¼ − u²/16 + u⁴/96 − 17u⁶/11520 (truncation < 1e-19 relative).
+    Below 1e-2 the Taylor series: ¼ − u²/16 + u⁴/96 − 17u⁶/11520 (truncation < 1e-19 relative) and
+    log 2 − u/2 + u²/8 − u⁴/192 + u⁶/2880 (< 1e-20 relative).
     """
-    if u < _SERIES:
-        v = u * u
-        return 0.25 - v * (1.0 / 16.0 - v * (1.0 / 96.0 - v * (17.0 / 11520.0)))
-    e = math.exp(-u)
-    return e / ((1.0 + e) * (1.0 + e))
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def _log1pexp_neg(u):
-    """log(1 + e^{-u}) for u ≥ 0.
-
-    Below 1e-2: log 2 − u/2 + u²/8 − u⁴/192 + u⁶/2880 (truncation < 1e-20 relative).
-    """
-    if u < _SERIES:
-        v = u * u
-        return math.log(2.0) - 0.5 * u + v * (1.0 / 8.0 - v * (1.0 / 192.0 - v * (1.0 / 2880.0)))
-    return math.log1p(math.exp(-u))
-
-
-@njit(cache=True, error_model="numpy")
-def _radial_sum(tau, kernel, weights):
-    """Σ_k weights_k h(τ z_k) for every τ ≥ 0 (1-D rule, nodes z_k = _Z1; h(u), u ≥ 0, is
-    sigmoid'(u) for kernel ``_SIG1`` and log(1 + e^{-u}) for ``_LOG1PEXP``).
-
-    tau : float64 (n,); weights : float64 (315,) (_W1 or _W1Z2). Returns float64 (n,).
-    """
-    out = np.empty(tau.size)
-    for i in range(tau.size):
-        acc = 0.0
-        for k in range(_Z1.size):
-            u = tau[i] * _Z1[k]
-            acc += weights[k] * (_sig1_pos(u) if kernel == _SIG1 else _log1pexp_neg(u))
-        out[i] = acc
+    e = np.exp(-u)
+    if kernel == _SIG1:
+        out = e / ((1.0 + e) * (1.0 + e))
+    else:
+        out = np.log1p(e)
+    small = u < _SERIES
+    if small.any():
+        us = u[small]
+        v = us * us
+        out[small] = (0.25 - v * (1.0 / 16.0 - v * (1.0 / 96.0 - v * (17.0 / 11520.0))) if kernel == _SIG1 else
+                      math.log(2.0) - 0.5 * us + v * (1.0 / 8.0 - v * (1.0 / 192.0 - v * (1.0 / 2880.0))))
     return out
+
+
+def _radial_sum(tau, kernel, *weights):
+    """Σ_k w_k h(τ z_k) for every τ ≥ 0 and each weight vector w (1-D rule, nodes z_k = _Z1; h is
+    sigmoid'(u) for kernel ``_SIG1`` and log(1 + e^{-u}) for ``_LOG1PEXP``, see :func:`_h`).
+
+    tau : float64 (n,); weights : float64 (315,) each (_W1 or _W1Z2). Returns one float64 (n,) per weight
+    vector. Each τ's sum depends on that τ only (blocks of rows, a pairwise sum per row), so a value does
+    not depend on which other points are evaluated with it.
+    """
+    outs = [np.empty(tau.size) for _ in weights]
+    for i0 in range(0, tau.size, _ROWS):
+        i1 = min(tau.size, i0 + _ROWS)
+        H = _h(tau[i0:i1, None] * _Z1[None, :], kernel)
+        for out, w in zip(outs, weights):
+            out[i0:i1] = (H * w).sum(axis=1)
+    return outs
 
 
 _UNIQUE_FROM = 64   # from this many points, the quadrature runs once per distinct τ
 
 
-def _radial(tau, kernel, weights) -> np.ndarray:
-    """:func:`_radial_sum` for τ of any shape (float64 array of the same shape).
+def _radial(tau, kernel, *weights):
+    """:func:`_radial_sum` for τ of any shape: one float64 array of τ's shape per weight vector.
 
     The quadrature (315 nodes per point) runs once per *distinct* τ: the
     tracker evaluates κ at every client optimum of every step, and optima
@@ -186,16 +181,17 @@ def _radial(tau, kernel, weights) -> np.ndarray:
     tau = np.asarray(tau, dtype=np.float64)
     flat = tau.ravel()
     if flat.size < _UNIQUE_FROM:
-        return _radial_sum(flat, kernel, weights).reshape(tau.shape)
+        return [v.reshape(tau.shape) for v in _radial_sum(flat, kernel, *weights)]
     if flat[0] == flat.min() == flat.max():       # one value (a stationary stream): no sort
-        return np.full(tau.shape, _radial_sum(flat[:1], kernel, weights)[0])
+        return [np.full(tau.shape, v[0]) for v in _radial_sum(flat[:1], kernel, *weights)]
     u, inv = np.unique(flat, return_inverse=True)
-    return _radial_sum(u, kernel, weights)[inv.reshape(-1)].reshape(tau.shape)
+    inv = inv.reshape(-1)
+    return [v[inv].reshape(tau.shape) for v in _radial_sum(u, kernel, *weights)]
 
 
 def _kappa(tau: np.ndarray) -> np.ndarray:
     """κ(τ) = E sigmoid'(τZ), Z ~ N(0, 1), τ ≥ 0; κ(0) = 1/4, κ(τ) ~ 1/(τ√(2π))."""
-    return 2.0 * _radial(tau, _SIG1, _W1)
+    return 2.0 * _radial(tau, _SIG1, _W1)[0]
 
 
 def _kappa_mu2(tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -204,29 +200,31 @@ def _kappa_mu2(tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     μ₂ = κ + τ κ'(τ) is the curvature of F along x; computing it directly
     (rather than as κ + τ² E σ‴(τZ)) avoids a cancellation at large τ.
     """
-    return 2.0 * _radial(tau, _SIG1, _W1), 2.0 * _radial(tau, _SIG1, _W1Z2)
+    k, m = _radial(tau, _SIG1, _W1, _W1Z2)
+    return 2.0 * k, 2.0 * m
 
 
 def _softplus_mean(tau: np.ndarray) -> np.ndarray:
     """A(τ) = E softplus(τZ) = τ/√(2π) + E log1p(e^{−τ|Z|}), τ ≥ 0; A(0) = log 2."""
     tau = np.asarray(tau, dtype=np.float64)
-    return tau / _SQRT_2PI + 2.0 * _radial(tau, _LOG1PEXP, _W1)
+    return tau / _SQRT_2PI + 2.0 * _radial(tau, _LOG1PEXP, _W1)[0]
 
 
-@njit(cache=True, fastmath=_FASTMATH, error_model="numpy")
-def _polar_ray(cu, cv):
-    """Radial sums along one ray of the polar rule: (Σ_k WR_k f_k, Σ_k WR_k ρ_k² f_k).
+BLOCK_BYTES = 1 << 19     # per block of rows in (n, M, d) computations: 0.5 MB, so temporaries stay in cache
 
-    f_k = t_u (t_u − 2 t_v) with t_u = tanh(cu ρ_k), t_v = tanh(cv ρ_k), ρ_k = _R2,
-    WR_k = _WR2; cu = ½ s‖x‖ cos θ and cv = ½ s‖w‖ cos(θ − φ) for the ray's angle θ.
+
+def row_blocks(n: int, row_bytes: int) -> list[tuple[int, int]]:
+    """(start, stop) of consecutive blocks of the n rows (steps) of an array whose rows hold ``row_bytes``.
+
+    Computations over (n, M, d) arrays that are elementwise, or reduce over M or d only, give the same
+    numbers block by block; blocks of about :data:`BLOCK_BYTES` keep their temporaries in cache instead
+    of writing and reading an n·M·d array per operation.
+
+    >>> row_blocks(10, 1 << 18)
+    [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
     """
-    s0 = s2 = 0.0
-    for k in range(_R2.size):
-        tu = math.tanh(cu * _R2[k])
-        f = tu * (tu - 2.0 * math.tanh(cv * _R2[k]))
-        s0 += _WR2[k] * f
-        s2 += _WR2R2[k] * f
-    return s0, s2
+    step = max(1, BLOCK_BYTES // max(1, int(row_bytes)))
+    return [(i, min(n, i + step)) for i in range(0, n, step)]
 
 
 def _norm(x: np.ndarray) -> np.ndarray:
@@ -246,7 +244,9 @@ def _angle(x: np.ndarray, w: np.ndarray, nx: np.ndarray, nw: np.ndarray) -> np.n
     return np.where((nx > 0) & (nw > 0), phi, 0.0)
 
 
-@njit(cache=True, error_model="numpy")
+_POINTS = 16              # points per block of the 2-D rule ((points, 2, 61, 76) arrays of 1.2 MB)
+
+
 def _polar_g_moments(tx, tw, phi):
     """E[g] and E[g ρ²] for g = (σ(u) − σ(v))² + σ'(v), u = tx α, v = tw (cos φ α + sin φ β).
 
@@ -254,24 +254,28 @@ def _polar_g_moments(tx, tw, phi):
     With t = tanh(·/2), g = ¼ (1 + t_u (t_u − 2 t_v)); the constant ¼ is
     integrated exactly (E 1 = 1, E ρ² = 2), the rest by the polar rule.
     g is even in (α, β), so the half-plane θ ∈ [−π/2, π/2) with ρ > 0
-    suffices; the angle is split at θ = ±π/2 (u = 0) and θ = φ − π/2 (v = 0).
-    Returns two float64 arrays of the input length.
+    suffices; the angle is split at θ = ±π/2 (u = 0) and θ = φ − π/2 (v = 0):
+    arc 1 is θ = −π/2 + φ X01 (weight φ W01/π), arc 2 θ = π/2 − (π − φ) Y01
+    (weight (π − φ) W01/π). Along a ray at angle θ, f_k = t_u (t_u − 2 t_v)
+    with t_u = tanh(½ tx cos θ ρ_k), t_v = tanh(½ tw cos(θ − φ) ρ_k).
+    Vectorised over points, rays and radii; every point's sums depend on that
+    point only. Returns two float64 arrays of the input length.
     """
     n = tx.size
     eg, egr = np.empty(n), np.empty(n)
-    for i in range(n):
-        a, b, p = 0.5 * tx[i], 0.5 * tw[i], phi[i]
-        q = math.pi - p
-        s0 = s2 = 0.0
-        for j in range(_S.size):
-            # arc 1: θ = −π/2 + φ X01, weight φ W01/π;
-            # arc 2: θ = π/2 − (π − φ) Y01, weight (π − φ) W01/π
-            f0, f2 = _polar_ray(a * math.sin(p * _X01[j]), -b * math.sin(p * _Y01[j]))
-            g0, g2 = _polar_ray(a * math.sin(q * _Y01[j]), b * math.sin(q * _X01[j]))
-            s0 += (p * f0 + q * g0) * _W01[j]
-            s2 += (p * f2 + q * g2) * _W01[j]
-        eg[i] = 0.25 * (1.0 + s0 / math.pi)
-        egr[i] = 0.25 * (2.0 + s2 / math.pi)
+    for i0 in range(0, n, _POINTS):
+        i1 = min(n, i0 + _POINTS)
+        a, b, p = 0.5 * tx[i0:i1, None], 0.5 * tw[i0:i1, None], phi[i0:i1, None]
+        q = np.pi - p
+        cu = np.stack([a * np.sin(p * _X01), a * np.sin(q * _Y01)], axis=1)      # (P, 2 arcs, 61 rays)
+        cv = np.stack([-b * np.sin(p * _Y01), b * np.sin(q * _X01)], axis=1)
+        tu = np.tanh(cu[..., None] * _R2)                                       # (P, 2, 61, 76 radii)
+        f = tu * (tu - 2.0 * np.tanh(cv[..., None] * _R2))
+        f0, f2 = (f * _WR2).sum(axis=-1), (f * _WR2R2).sum(axis=-1)             # radial sums (P, 2, 61)
+        s0 = ((p * f0[:, 0] + q * f0[:, 1]) * _W01).sum(axis=-1)
+        s2 = ((p * f2[:, 0] + q * f2[:, 1]) * _W01).sum(axis=-1)
+        eg[i0:i1] = 0.25 * (1.0 + s0 / np.pi)
+        egr[i0:i1] = 0.25 * (2.0 + s2 / np.pi)
     return eg, egr
 
 
@@ -350,6 +354,8 @@ class _Population:
     _name = "_Population"
 
     _curvature_max = 1.0      # sup of the Hessian's eigenvalues per unit s²
+    #: whether ``grad_coefficients`` (∇F = α x − β w) ignores ‖x‖ and ‖w‖ (callers may then skip the norms)
+    norm_free_gradient = False
 
     def __init__(self, dim, feature_scale, max_feature_scale=None):
         self._dim = _check_int(self._name, "dim", dim, 1)
@@ -469,6 +475,7 @@ class LeastSquaresPopulation(_Population):
     """
 
     _name = "LeastSquaresPopulation"
+    norm_free_gradient = True          # ∇F(x) = s²(x − w)
 
     def __init__(self, dim: int, feature_scale: float = 1.0, noise: float = 1.0, kurtosis: float = 3.0,
                  max_feature_scale: float | None = None):
@@ -507,10 +514,38 @@ class LeastSquaresPopulation(_Population):
         ValueError
             If the last axis of x or w is not d.
         """
+        return self.loss_of_sqdist(self.sqdist(x, w), scale, noise)
+
+    def sqdist(self, x, w) -> np.ndarray:
+        """‖x − w‖² (leading dimensions broadcast), the one quantity :meth:`loss` and :meth:`grad_noise` need.
+
+        Computing it once lets a caller that wants both (the tracker: F and σ² at the same points) make one
+        pass over the (…, d) arrays instead of two; the values are the same.
+
+        Raises
+        ------
+        ValueError
+            If the last axis of x or w is not d.
+        """
         x, w = self._xw(x, w)
-        dl = x - w
+        if x.ndim != 3:
+            dl = x - w
+            return np.einsum("...i,...i->...", dl, dl)
+        # (n, M, d): a few steps at a time, the difference in one reused buffer that stays in cache
+        n, M, d = x.shape
+        out = np.empty((n, M))
+        buf = None
+        for i, j in row_blocks(n, M * d * 8):
+            if buf is None:
+                buf = np.empty((j - i, M, d))
+            dl = np.subtract(x[i:j], w[i:j], out=buf[:j - i])
+            out[i:j] = np.einsum("...i,...i->...", dl, dl)
+        return out
+
+    def loss_of_sqdist(self, sqdist, scale=None, noise=None) -> np.ndarray:
+        """F = ½ s² ‖x − w‖² + ½ σ² from ``sqdist`` = ‖x − w‖² (:meth:`sqdist`); shape of the broadcast inputs."""
         s, n = self._s(scale), self._n(noise)
-        return 0.5 * s ** 2 * np.einsum("...i,...i->...", dl, dl) + 0.5 * n ** 2
+        return 0.5 * s ** 2 * sqdist + 0.5 * n ** 2
 
     def grad(self, x, w, scale=None) -> np.ndarray:
         """Population gradient ∇F(x) = s² (x − w).
@@ -570,10 +605,12 @@ class LeastSquaresPopulation(_Population):
         ValueError
             If the last axis of x or w is not d.
         """
-        x, w = self._xw(x, w)
+        return self.grad_noise_of_sqdist(self.sqdist(x, w), scale, noise)
+
+    def grad_noise_of_sqdist(self, sqdist, scale=None, noise=None) -> np.ndarray:
+        """The gradient noise of :meth:`grad_noise` from ``sqdist`` = ‖x − w‖² (:meth:`sqdist`)."""
         s2, d, n = self._s(scale) ** 2, self._dim, self._n(noise)
-        dl = x - w
-        return s2 * s2 * (self.kurtosis + d - 2) * np.einsum("...i,...i->...", dl, dl) + n ** 2 * s2 * d
+        return s2 * s2 * (self.kurtosis + d - 2) * sqdist + n ** 2 * s2 * d
 
     def hessian(self, x, w, scale=None) -> np.ndarray:
         """Population Hessian ∇²F(x) = s² I.
@@ -599,13 +636,14 @@ class LeastSquaresPopulation(_Population):
         out[..., np.arange(d), np.arange(d)] = s2 if scale is None else np.broadcast_to(s2, x.shape[:-1])[..., None]
         return out
 
-    def curvature(self, x, scale=None) -> np.ndarray:
+    def curvature(self, x, scale=None, x_norm=None) -> np.ndarray:
         """Mean eigenvalue of ∇²F at x, tr(∇²F(x))/d = s² (loss units per squared model unit).
 
         Parameters
         ----------
         x : array_like, shape (..., d)
         scale : array_like, shape (...), optional
+        x_norm : ignored (the curvature of a quadratic does not depend on x); accepted as the logistic's.
 
         Returns
         -------
@@ -614,7 +652,7 @@ class LeastSquaresPopulation(_Population):
         x = np.asarray(x, dtype=np.float64)
         return np.broadcast_to(self._s(scale) ** 2, x.shape[:-1]).astype(np.float64)
 
-    def minimize_mean(self, w, x0=None, radius=None, scale=None, weights=None) -> np.ndarray:
+    def minimize_mean(self, w, x0=None, radius=None, scale=None, weights=None, w_norm=None) -> np.ndarray:
         """Per-step optimum u_t = argmin_{‖x‖ ≤ radius} Σ_m c_m F(x, w[t, m]).
 
         A sum of isotropic quadratics is ½ (Σ c s²) ‖x − w̄‖² + const with
@@ -633,6 +671,7 @@ class LeastSquaresPopulation(_Population):
             Per-client feature scales s_{t,m}.
         weights : array_like, shape (n, M), optional
             Client weights c_{t,m} ≥ 0 (default 1/M).
+        w_norm : ignored (closed form); accepted as the logistic's.
 
         Returns
         -------
@@ -755,6 +794,7 @@ class LogisticPopulation(_Population):
 
     def __init__(self, dim: int, feature_scale: float = 1.0, max_feature_scale: float | None = None):
         super().__init__(dim, feature_scale, max_feature_scale)
+        self._memo = {}             # (s‖x‖, s‖w‖, φ) -> 2-D moments (see _g_moments)
 
     _curvature_max = 0.25    # sigmoid' ≤ 1/4: L = s²/4
 
@@ -857,10 +897,37 @@ class LogisticPopulation(_Population):
         s = np.broadcast_to(self._s(scale), x.shape[:-1])
         nx, nw = _norm(x), _norm(w)
         phi = _angle(x, w, nx, nw)
-        eg, egr = _polar_g_moments((s * nx).reshape(-1), (s * nw).reshape(-1), phi.reshape(-1))
+        eg, egr = self._g_moments((s * nx).reshape(-1), (s * nw).reshape(-1), phi.reshape(-1))
         second = (s * s).reshape(-1) * (egr + (d - 2) * eg)
         g = self.grad(x, w, scale)
         return second.reshape(nx.shape) - np.einsum("...i,...i->...", g, g)
+
+    _MEMO_SIZE = 4096           # (s‖x‖, s‖w‖, φ) triples whose 2-D moments are kept
+
+    def _g_moments(self, tx, tw, phi):
+        """:func:`_polar_g_moments` once per distinct (s‖x‖, s‖w‖, φ), remembering the last few thousand.
+
+        The 2-D rule costs 9,272 nodes per point. The points repeat: the
+        comparator u_t is the same for every client sharing an optimum, and on
+        a stationary stream the same at every step. Each distinct point is
+        computed once, and a point seen before is not computed again
+        (bit-identical: the same computation of the same point).
+        """
+        memo = self._memo
+        pts = np.stack([tx, tw, phi], axis=1)
+        u, inv = np.unique(pts, axis=0, return_inverse=True)
+        keys = [tuple(r) for r in u.tolist()]
+        todo = [i for i, k in enumerate(keys) if k not in memo]
+        if todo:
+            eg, egr = _polar_g_moments(np.ascontiguousarray(u[todo, 0]), np.ascontiguousarray(u[todo, 1]),
+                                       np.ascontiguousarray(u[todo, 2]))
+            if len(memo) + len(todo) > self._MEMO_SIZE:
+                memo.clear()
+            for j, i in enumerate(todo):
+                memo[keys[i]] = (eg[j], egr[j])
+        vals = np.array([memo[k] for k in keys]).reshape(len(keys), 2)
+        inv = inv.reshape(-1)
+        return vals[inv, 0], vals[inv, 1]
 
     def hessian(self, x, w, scale=None) -> np.ndarray:
         """Population Hessian ∇²F(x) = s² κ(s‖x‖) (I − x̂x̂ᵀ) + s² μ₂(s‖x‖) x̂x̂ᵀ.
@@ -893,13 +960,15 @@ class LogisticPopulation(_Population):
         out[..., np.arange(d), np.arange(d)] += (s * s * kap)[..., None]
         return out
 
-    def curvature(self, x, scale=None) -> np.ndarray:
+    def curvature(self, x, scale=None, x_norm=None) -> np.ndarray:
         """Mean eigenvalue of ∇²F at x: s² (μ₂(s‖x‖) + (d − 1) κ(s‖x‖)) / d.
 
         Parameters
         ----------
         x : array_like, shape (..., d)
         scale : array_like, shape (...), optional
+        x_norm : array_like, shape (...), optional
+            ‖x‖ if the caller has it (e.g. one norm per step for a model broadcast over the clients).
 
         Returns
         -------
@@ -908,7 +977,7 @@ class LogisticPopulation(_Population):
         """
         x = np.asarray(x, dtype=np.float64)
         s = np.broadcast_to(self._s(scale), x.shape[:-1])
-        kap, mu2 = _kappa_mu2(s * _norm(x))
+        kap, mu2 = _kappa_mu2(s * (_norm(x) if x_norm is None else x_norm))
         return s * s * (mu2 + (self._dim - 1) * kap) / self._dim
 
     # ------------------------------------------------------------------ minimisers
@@ -960,7 +1029,7 @@ class LogisticPopulation(_Population):
                                f"{failed[:10].tolist()} (gradient norm {gnorm[failed[:10]].tolist()}).")
         return rho
 
-    def minimize_mean(self, w, x0=None, radius=None, scale=None, weights=None) -> np.ndarray:
+    def minimize_mean(self, w, x0=None, radius=None, scale=None, weights=None, w_norm=None) -> np.ndarray:
         """Per-step optimum u_t = argmin_{‖x‖ ≤ radius} Σ_m c_m F(x, w[t, m]).
 
         The weighted loss is Σ_m c_m A(s_m‖x‖) − x·b with
@@ -983,6 +1052,8 @@ class LogisticPopulation(_Population):
             Per-client feature scales s_{t,m} (default ``feature_scale``).
         weights : array_like, shape (n, M), optional
             Client weights c_{t,m} ≥ 0 (default 1/M).
+        w_norm : array_like, shape (n, M), optional
+            ‖w[t, m]‖ if the caller has it (the tracker computes it once per chunk).
 
         Returns
         -------
@@ -1001,7 +1072,7 @@ class LogisticPopulation(_Population):
         n, M = w.shape[:2]
         c = np.full((n, M), 1.0 / M) if weights is None else np.broadcast_to(np.asarray(weights, float), (n, M))
         s = np.broadcast_to(self._s(scale), (n, M))
-        nw = _norm(w)
+        nw = _norm(w) if w_norm is None else w_norm
         k = _kappa(s * nw)
         b = np.einsum("nm,nmd->nd", c * s * s * k, w)
         nb = _norm(b)
@@ -1188,8 +1259,9 @@ class HindsightSums:
         """{(row, scale): C} of the absorbed steps (a view for inspection; O(rows) Python objects)."""
         return {(int(r), float(sv)): float(v) for r, sv, v in zip(self.g_row, self.g_scale, self.g_c)}
 
-    def absorb(self, w, c, s) -> None:
-        """Add a block: w (n, M, d) optima, c (n, M) weights ≥ 0, s (n, M) feature scales.
+    def absorb(self, w, c, s, w_norm=None) -> None:
+        """Add a block: w (n, M, d) optima, c (n, M) weights ≥ 0, s (n, M) feature scales
+        (w_norm (n, M): ‖w‖ if the caller has it).
 
         Cost O(n M d) plus a sort of the (row, scale) groups when the block
         brings a new one; no Python loop over clients.
@@ -1201,7 +1273,7 @@ class HindsightSums:
             rows = M if per_client else 1
             self.B, self.top = np.zeros((rows, d)), np.zeros(rows)
         B, top = self.B, self.top
-        nw = _norm(w)
+        nw = _norm(w) if w_norm is None else w_norm
         coef = c * s * s * _kappa(s * nw)
         if per_client:
             B += np.einsum("nm,nmd->md", coef, w)

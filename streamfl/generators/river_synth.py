@@ -203,7 +203,8 @@ class RiverSynthStream(Stream):
         m, m + M, m + 2M, ... So all clients share the concept and its drift
         but see different samples. Note that River's drift positions count
         samples of one generator, so a drift at River position P happens at
-        step ≈ P / b per client by default but at step ≈ P / (M·b) here.
+        step ≈ P / b per client by default but at step ≈ P / (M·b) here
+        (``notes_`` gives the exact step).
     intercept : bool
         Append a constant-1 feature last (``has_intercept``).
     standardize : bool
@@ -242,8 +243,11 @@ class RiverSynthStream(Stream):
         ``{"column", "read_as", "why"}``, ``read_as`` "number", "category" or
         "label".
     notes_ : list of str
-        Drift positions (``position`` parameters) that fall after the last
-        sample drawn, so that the stream does not drift there.
+        The step t (counted from 1, as metrics.csv's) at which River's drift
+        ``position`` takes effect (River counts a generator's samples: from 1
+        in ConceptDriftStream, from 0 in FriedmanDrift; a step draws b samples
+        per client, M·b from a shared generator), and drift positions that fall
+        after the last sample drawn, so that the stream does not drift there.
     label_mean_, label_scale_ : float
         The label's standardisation (0 and 1 unless ``standardize_label``).
 
@@ -413,22 +417,34 @@ class RiverSynthStream(Stream):
         # ---- drift the stream is too short to reach ---------------------------
         notes = []
         position = _effective(cls, params).get("position")
+        # River counts a generator's samples from 1 in ConceptDriftStream (the change is centred on sample
+        # `position`) and from 0 in FriedmanDrift (sample `position` is the first of the new concept). With k
+        # samples per step (b per client, or M·b from the one shared generator), sample i (counted from 1) is
+        # drawn at step t = ⌈i / k⌉, steps counted from 1 as metrics.csv's t
+        first = 0 if cls.__name__ == "FriedmanDrift" else 1
         late = [p for p in (position if isinstance(position, (tuple, list)) else [position])
-                if _is_int(p) and p >= per_gen]
+                if _is_int(p) and p + 1 - first > per_gen]
         inside = [p for p in (position if isinstance(position, (tuple, list)) else [position])
-                  if _is_int(p) and p < per_gen]
+                  if _is_int(p) and p + 1 - first <= per_gen]
+        k = b * (M if shared_concept else 1)
+        per = "client" if not shared_concept else "run (one generator shared by all clients)"
         if inside and cls.__name__ == "ConceptDriftStream":
             w = _effective(cls, params).get("width")
-            per = "client" if not shared_concept else "run (one generator shared by all clients)"
-            step = inside[0] // (b * (M if shared_concept else 1))
+            step = max(1, -(-inside[0] // k))
             notes.append(f"ConceptDriftStream: position {inside[0]} and width {w} count samples of each {per}'s "
-                         f"generator ({b * (M if shared_concept else 1)} per step), so the change is centred at "
-                         f"step {step} (steps count from 0)")
+                         f"generator from 1 ({k} per step), so the change is centred at step t = {step:,} "
+                         f"(steps count from 1, as metrics.csv's t)")
+        if inside and cls.__name__ == "FriedmanDrift":
+            steps = ", ".join(f"{p // k + 1:,}" for p in inside)
+            notes.append(f"FriedmanDrift: position {', '.join(map(str, inside))} counts samples of each {per}'s "
+                         f"generator from 0 ({k} per step), so the drift acts from step t = {steps} "
+                         f"(steps count from 1, as metrics.csv's t)")
         if late:
+            last = per_gen - 1 + first                      # the last sample drawn, in River's count
             notes.append(f"{cls.__name__}'s drift position{'s' if len(late) > 1 else ''} "
-                         f"{', '.join(map(str, late))} {'are' if len(late) > 1 else 'is'} at or after sample "
-                         f"{per_gen}, past the last one each generator draws "
-                         f"(T·b{'·M' if shared_concept else ''} = {per_gen}): no drift there")
+                         f"{', '.join(map(str, late))} {'come' if len(late) > 1 else 'comes'} after sample "
+                         f"{last}, the last one each generator draws (T·b{'·M' if shared_concept else ''} = "
+                         f"{per_gen} samples, counted from {first} by River): no drift there")
 
         # ---- arrays ----------------------------------------------------------
         d = Xflat.shape[1]

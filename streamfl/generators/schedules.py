@@ -15,6 +15,17 @@ fixed order, so a list of them is unambiguous:
 Every schedule draws from its own seeded generator, so the path is identical
 for every chunking of the stream and on every replay.
 
+Steps count from 1, as the rows of metrics.csv and the plots' time axes do
+(t = 1..T). A step the user names is the first step the change is in effect:
+``abrupt`` with ``at: [1200]`` gives the new optimum to step t = 1,200 and
+every later step (t = 1,199 still has the old one); a covariate shift ``at``
+and a heterogeneity ramp's ``start``/``end`` likewise. Continuous motions
+(``rotation``, ``linear``, ``periodic``, ``random_walk``) are functions of
+the steps elapsed since the first, e = t − 1, so step 1 sees the initial
+optimum and step t has moved by e steps' worth (their methods take e). A
+client with ``delay`` δ runs a schedule δ·m steps late: client m switches at
+t = at + δ·m and its elapsed time is max(t − 1 − δ·m, 0).
+
 Client-specific drift: every schedule but ``adaptive`` takes ``clients`` (the
 client indices it moves; default all), ``delay`` (client m runs the schedule
 ``delay``·m steps late, so clients drift at different times) and ``speeds``
@@ -28,7 +39,7 @@ no ``speeds``.
 >>> import numpy as np
 >>> s = Linear(speed=0.5)
 >>> s.reset(np.random.default_rng(0), dim=2)
->>> s.displacement(np.array([0, 2])).round(3).shape
+>>> s.displacement(np.array([0, 2])).round(3).shape      # elapsed steps e = t − 1
 (2, 2)
 """
 
@@ -126,14 +137,25 @@ class Abrupt(Schedule):
     Parameters
     ----------
     at : list of int
-        Steps (0-based) at which the distribution switches.
+        Steps t ≥ 1 (counted from 1, as metrics.csv's ``t``) from which each new
+        centre is in effect: with ``at=[1200]`` steps 1..1199 have the initial
+        centre and steps 1200..T the new one.
+
+    Examples
+    --------
+    >>> a = Abrupt([3])
+    >>> a.reset(np.random.default_rng(0), dim=2, c0=np.array([1.0, 0.0]))
+    >>> c = a.base(np.array([1, 2, 3, 4]))                  # steps t
+    >>> bool((c[1] == c[0]).all()), bool((c[2] == c[1]).all()), bool((c[3] == c[2]).all())
+    (True, False, True)
     """
 
     order = 1
 
     def __init__(self, at: list[int]):
-        if not at or any(int(a) < 0 for a in at):
-            raise ValueError(f"The 'at' parameter of Abrupt must be a non-empty list of steps >= 0. Got {at!r} instead.")
+        if not at or any(int(a) < 1 for a in at):
+            raise ValueError(f"The 'at' parameter of Abrupt must be a non-empty list of steps >= 1 (steps count "
+                             f"from 1, as metrics.csv's t). Got {at!r} instead.")
         self.at = sorted(int(a) for a in at)
 
     def reset(self, rng, dim, c0=None):
@@ -143,7 +165,7 @@ class Abrupt(Schedule):
         self.centres = np.stack([c0] + [r * _unit(rng, dim) for _ in self.at])
 
     def base(self, ts: np.ndarray) -> np.ndarray:
-        """Base centre at steps ``ts`` (n,), shape (n, d)."""
+        """Base centre at steps ``ts`` (n,) counted from 1 (the last switch with at ≤ t), shape (n, d)."""
         return self.centres[np.searchsorted(np.asarray(self.at), ts, side="right")]
 
 
@@ -168,7 +190,7 @@ class Rotation(Schedule):
         self.u, self.v = u, v / np.linalg.norm(v)
 
     def rotate(self, ts: np.ndarray, c: np.ndarray) -> np.ndarray:
-        """Rotate centres ``c`` (n, d) by angle speed·t, shape (n, d)."""
+        """Rotate centres ``c`` (n, d) by angle speed·e after ``ts`` = e = t − 1 elapsed steps, shape (n, d)."""
         th = self.speed * ts
         # row by row (a reduction per row), not a matrix-vector product: BLAS rounds a row differently
         # with the number of rows, and the centres must not depend on how many steps a chunk holds
@@ -192,11 +214,12 @@ class Linear(Schedule):
         self.direction = _unit(rng, dim)
 
     def displacement(self, ts: np.ndarray) -> np.ndarray:
+        """speed·e along the direction after ``ts`` = e = t − 1 elapsed steps, shape (n, d)."""
         return np.outer(self.speed * ts, self.direction)
 
 
 class Periodic(Schedule):
-    """Periodic drift: A·sin(2π t / P) along a fixed random direction."""
+    """Periodic drift: A·sin(2π e / P) along a fixed random direction, e = t − 1 the elapsed steps."""
 
     def __init__(self, amplitude: float, period: float):
         if not period > 0:
@@ -225,7 +248,8 @@ class RandomWalk(Schedule):
         self.position = np.zeros(dim)
 
     def displacement(self, ts: np.ndarray) -> np.ndarray:
-        # Steps arrive in order; move for every t > 0.
+        """The walk's position after ``ts`` = e = t − 1 elapsed steps (in order), shape (n, d)."""
+        # Steps arrive in order; move for every e > 0 (step 1 is the start).
         moves = self.rng.standard_normal((len(ts), self.dim)) * (self.step / np.sqrt(self.dim))
         moves[ts == 0] = 0.0
         # added to the last position one step at a time: the same path whatever the chunk size
@@ -302,8 +326,12 @@ class HeterogeneityChange:
     """Time-varying spatial heterogeneity: ζ_t = ζ · h(t) ≥ 0.
 
     * ``ramp``: h goes linearly from 1 at step ``start`` to ``to``/ζ at step
-      ``end`` (constant before and after), i.e. ζ_t moves from ζ to ``to``;
-    * ``periodic``: ζ_t = max(0, ζ + amplitude · sin(2π t / period)).
+      ``end`` (constant before and after), i.e. ζ_t moves from ζ at
+      t = ``start`` to ``to`` at t = ``end``; with ``end == start`` ζ_t is
+      ``to`` from t = ``start`` on;
+    * ``periodic``: ζ_t = max(0, ζ + amplitude · sin(2π (t − 1) / period)).
+
+    Steps t count from 1, as metrics.csv's ``t``.
 
     Parameters
     ----------
@@ -315,8 +343,8 @@ class HeterogeneityChange:
 
     Examples
     --------
-    >>> h = HeterogeneityChange("ramp", start=0, end=10, to=2.0)
-    >>> h.zeta(np.array([0, 5, 10, 20]), 1.0).tolist()
+    >>> h = HeterogeneityChange("ramp", start=1, end=11, to=2.0)
+    >>> h.zeta(np.array([1, 6, 11, 21]), 1.0).tolist()
     [1.0, 1.5, 2.0, 2.0]
     """
 
@@ -332,14 +360,14 @@ class HeterogeneityChange:
         self.amplitude, self.period = float(amplitude), float(period)
 
     def zeta(self, ts: np.ndarray, zeta: float) -> np.ndarray:
-        """ζ_t at steps ``ts`` (n,) for base ζ, shape (n,)."""
+        """ζ_t at steps ``ts`` (n,), counted from 1, for base ζ, shape (n,)."""
         ts = np.asarray(ts, dtype=np.float64)
         if self.kind == "ramp":
             frac = np.clip((ts - self.start) / max(self.end - self.start, 1), 0.0, 1.0)
             if self.end == self.start:
                 frac = (ts >= self.start).astype(np.float64)
             return zeta + (self.to - zeta) * frac
-        return np.maximum(0.0, zeta + self.amplitude * np.sin(2 * np.pi * ts / self.period))
+        return np.maximum(0.0, zeta + self.amplitude * np.sin(2 * np.pi * (ts - 1) / self.period))
 
 
 class CovariateShift:
@@ -354,7 +382,8 @@ class CovariateShift:
     Parameters
     ----------
     at : list of int
-        Steps (0-based) at which the factor changes.
+        Steps t ≥ 1 (counted from 1, as metrics.csv's ``t``) from which each
+        factor is in effect.
     factors : list of float
         The factor from each step of ``at`` on (> 0; 1 before the first).
     clients : list of int or None
@@ -362,16 +391,17 @@ class CovariateShift:
 
     Examples
     --------
-    >>> c = CovariateShift(at=[2], factors=[3.0], clients=[1])
-    >>> c.factor(np.arange(4), 2).tolist()
+    >>> c = CovariateShift(at=[3], factors=[3.0], clients=[1])
+    >>> c.factor(np.arange(1, 5), 2).tolist()                # steps t = 1..4
     [[1.0, 1.0], [1.0, 1.0], [1.0, 3.0], [1.0, 3.0]]
     """
 
     def __init__(self, at: list[int], factors: list[float], clients: list[int] | None = None):
         if not at or len(at) != len(factors):
             raise ValueError(f"CovariateShift needs as many 'factors' as 'at' steps (at least one). Got at={at!r}, factors={factors!r}.")
-        if any(int(a) < 0 for a in at) or list(at) != sorted(at):
-            raise ValueError(f"The 'at' parameter of CovariateShift must be increasing steps >= 0. Got {at!r} instead.")
+        if any(int(a) < 1 for a in at) or list(at) != sorted(at):
+            raise ValueError(f"The 'at' parameter of CovariateShift must be increasing steps >= 1 (steps count from 1, "
+                             f"as metrics.csv's t). Got {at!r} instead.")
         if not all(np.isfinite(f) and f > 0 for f in factors):
             raise ValueError(f"The 'factors' parameter of CovariateShift must be floats > 0. Got {factors!r} instead.")
         self.at = [int(a) for a in at]
@@ -379,7 +409,7 @@ class CovariateShift:
         self.clients = None if clients is None else [int(c) for c in clients]
 
     def factor(self, ts: np.ndarray, n_clients: int) -> np.ndarray:
-        """Feature-scale multipliers at steps ``ts``, shape (n, M)."""
+        """Feature-scale multipliers at steps ``ts`` (counted from 1), shape (n, M)."""
         f = np.asarray(self.factors)[np.searchsorted(np.asarray(self.at), ts, side="right")]
         out = np.ones((len(ts), n_clients))
         cols = slice(None) if self.clients is None else self.clients

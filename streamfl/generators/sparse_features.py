@@ -112,7 +112,9 @@ class SparsePowerLawStream:
     intercept : float
         b*.
     drift_period : int or None
-        Steps between popularity drift events (None: no drift).
+        P, steps between popularity drift events (None: no drift): the k-th
+        event follows step k·P and is in effect from step t = k·P + 1 (steps
+        counted from 1, as metrics.csv's t).
     drift_swaps : int
         Rank exchanges per drift event.
     hot_pool : int or None

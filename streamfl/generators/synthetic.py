@@ -49,7 +49,6 @@ from __future__ import annotations
 from typing import Iterator, Sequence
 
 import numpy as np
-from scipy.special import expit
 
 from .base import Chunk, Stream
 from .population import DiracLeastSquares, LeastSquaresPopulation, LogisticPopulation
@@ -120,17 +119,21 @@ class SyntheticStream(Stream):
     Attributes
     ----------
     notes_ : list of str
-        Abrupt drift steps at or after ``n_steps`` (they have no effect).
+        Abrupt drift steps after ``n_steps`` (they have no effect).
+
+    Steps count from 1 (metrics.csv's ``t``); chunk row i holds step
+    t = ``t0`` + i + 1. A drift at step a is in effect from step a on (see
+    :mod:`~streamfl.generators.schedules`).
 
     Examples
     --------
     >>> from streamfl.generators.schedules import Abrupt
     >>> s = SyntheticStream("least_squares", n_clients=3, n_features=2, n_steps=5,
-    ...                     drift=[Abrupt([2])], seed=1)
+    ...                     drift=[Abrupt([3])], seed=1)
     >>> c = next(s.chunks())
     >>> c.X.shape, c.y.shape, c.optimum.shape
     ((5, 3, 1, 2), (5, 3, 1), (5, 3, 2))
-    >>> bool((c.optimum[1] == c.optimum[0]).all()), bool((c.optimum[2] == c.optimum[1]).all())
+    >>> bool((c.optimum[1] == c.optimum[0]).all()), bool((c.optimum[2] == c.optimum[1]).all())   # t = 2, t = 3
     (True, False)
     >>> d = SyntheticStream("least_squares", n_clients=3, n_features=2, n_steps=5, adversary="dirac", seed=1)
     >>> c = next(d.chunks())
@@ -184,10 +187,10 @@ class SyntheticStream(Stream):
         self.tails, self.adversary = tails, adversary
         self.seed = seed
         self.adaptive = any(isinstance(s, Adaptive) for s in self.drift)
-        late = [a for s in self.drift if isinstance(s, Abrupt) for a in s.at if a >= n_steps]
+        late = [a for s in self.drift if isinstance(s, Abrupt) for a in s.at if a > n_steps]
         self.notes_ = [f"abrupt drift at step{'s' if len(late) > 1 else ''} {', '.join(map(str, late))} "
-                       f"{'come' if len(late) > 1 else 'comes'} after the last step ({n_steps - 1}; steps count "
-                       f"from 0): no effect"] if late else []
+                       f"{'come' if len(late) > 1 else 'comes'} after the last step ({n_steps}; steps count "
+                       f"from 1): no effect"] if late else []
         self.n_classes = 1
         self._scaled = bool(self.covariate) or not np.all(self.scales == self.scales[0])
         self._noisy = task == "least_squares" and not np.all(self.noises == self.noises[0])
@@ -208,7 +211,11 @@ class SyntheticStream(Stream):
         self._models = np.asarray(models).reshape(self.n_clients, self.n_features)
 
     def _centres(self, ts: np.ndarray, c0: np.ndarray) -> np.ndarray:
-        """Centres c_{t,m}, shape (n, M, d) (or (n, 1, d) when no schedule is client-specific)."""
+        """Centres c_{t,m}, shape (n, M, d) (or (n, 1, d) when no schedule is client-specific).
+
+        ``ts`` (n,) are the elapsed steps e = t − 1 of steps t = 1..T: continuous schedules take e, abrupt
+        switches compare their ``at`` with t = e + 1 (:mod:`~streamfl.generators.schedules`).
+        """
         M = self.n_clients
         shared = not any(s.client_specific for s in self.drift)
         c = np.tile(c0, (len(ts), 1))[:, None, :]
@@ -219,7 +226,7 @@ class SyntheticStream(Stream):
                 continue
             if not s.client_specific:
                 if isinstance(s, Abrupt):
-                    c = np.broadcast_to(s.base(ts)[:, None, :], c.shape).copy()
+                    c = np.broadcast_to(s.base(ts + 1)[:, None, :], c.shape).copy()
                 elif isinstance(s, Rotation):
                     n, k, d = c.shape
                     c = s.rotate(np.repeat(ts, k), c.reshape(-1, d)).reshape(n, k, d)
@@ -230,9 +237,9 @@ class SyntheticStream(Stream):
             local = np.maximum(ts[:, None] - s.delay * np.arange(M)[None, :], 0)      # (n, M) client time
             n, _, d = c.shape
             if isinstance(s, Abrupt):
-                base = s.base(local.ravel()).reshape(n, M, d)
-                started = (ts[:, None] - s.delay * np.arange(M)[None, :]) >= 0
-                base = np.where(started[..., None], base, s.centres[0])
+                # client m switches at t = at + delay·m: its own step is t − delay·m (before its first step,
+                # the initial centre)
+                base = s.base((ts[:, None] + 1 - s.delay * np.arange(M)[None, :]).ravel()).reshape(n, M, d)
                 c = np.where(sel[None, :, None], base, c)
             elif isinstance(s, Rotation):
                 rot = s.rotate((local * mult[None, :]).ravel(), c.reshape(-1, d)).reshape(n, M, d)
@@ -266,11 +273,11 @@ class SyntheticStream(Stream):
         tails = self.tails or {}
         for t0 in range(0, self.n_steps, step):
             n = min(step, self.n_steps - t0)
-            ts = np.arange(t0, t0 + n)
+            ts = np.arange(t0, t0 + n)                # elapsed steps e = t − 1 of the chunk's steps t
             if self.heterogeneity_change is None:
                 offsets = (self.heterogeneity * delta)[None]
             else:
-                offsets = self.heterogeneity_change.zeta(ts, self.heterogeneity)[:, None, None] * delta[None]
+                offsets = self.heterogeneity_change.zeta(ts + 1, self.heterogeneity)[:, None, None] * delta[None]
             optimum = self._centres(ts, c0) + offsets
             if adaptive is not None:
                 if previous is not None and self._models is not None:
@@ -280,7 +287,7 @@ class SyntheticStream(Stream):
             optimum = np.broadcast_to(optimum, (n, M, d)).copy() if optimum.shape[:2] != (n, M) else optimum
             scale = np.broadcast_to(self.scales, (n, M)).copy()
             for cv in self.covariate:
-                scale = scale * cv.factor(ts, M)
+                scale = scale * cv.factor(ts + 1, M)
             shape = (n, 1 if dirac else M, b, d)
             if tails.get("on") in ("features", "both"):
                 nu = tails["df"]
@@ -289,7 +296,15 @@ class SyntheticStream(Stream):
                 Z = rng_x.standard_normal(shape)
             if dirac:
                 Z = np.broadcast_to(Z, (n, M, b, d))
-            X = Z * (scale[..., None, None] if self._scaled else float(self.scales[0]))
+            if self._scaled:
+                X = Z * scale[..., None, None]
+            elif float(self.scales[0]) == 1.0:
+                X = Z                                  # a · 1 = a exactly: no pass over the chunk's features
+            elif dirac:
+                X = Z * float(self.scales[0])
+            else:
+                Z *= float(self.scales[0])             # in place: the same products, no second (n, M, b, d) array
+                X = Z
             z = np.einsum("nmbd,nmd->nmb", X, optimum)
             if self.task == "least_squares":
                 eshape = (n, 1 if dirac else M, b)
@@ -300,6 +315,7 @@ class SyntheticStream(Stream):
                     eps = rng_y.standard_normal(eshape)
                 y = z + (self.noises[None, :, None] if self._noisy else float(self.noises[0])) * eps
             else:
+                from scipy.special import expit     # here: a least-squares stream never imports scipy.special
                 y = (rng_y.random((n, M, b)) < expit(z)).astype(np.float64)
             yield Chunk(t0=t0, X=np.ascontiguousarray(X), y=y, optimum=None if dirac else optimum,
                         scale=scale if self._scaled and not dirac else None,

@@ -78,7 +78,6 @@ class StackedLinear(ClientModel):
         self.n_clients = n_clients
         self.W = np.zeros((n_clients, n_features, K))
         self._kind = _KERNELS.get(task)
-        self._all = np.ones(n_clients, dtype=np.bool_)
         self._out = np.empty(n_clients)
 
     def losses(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -106,9 +105,9 @@ class StackedLinear(ClientModel):
             (0 for masked clients).
         """
         if self._kind is not None:
-            # compiled path (least squares, logistic): same maths, one call
+            # least squares, logistic: one vectorised step (:func:`~streamfl.models.kernels.sgd_step`)
             out = self._out
-            sgd_step(self.W, X, y, self._all if mask is None else mask, self.step_size(t), self._kind, out)
+            sgd_step(self.W, X, y, mask, self.step_size(t), self._kind, out)
             if self.radius is not None:
                 project_l2_ball(self.W, self.radius)
             return out.copy()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, types
 
 from ..models.losses import get_loss
 
@@ -674,8 +673,14 @@ class LeastSquaresHindsight:
 
 
 _BLOCK = 4096  # rows per partial sum in _weighted_logistic
-_F64_1 = types.Array(types.float64, 1, "C", readonly=True)   # writable arrays convert to these
-_F64_2 = types.Array(types.float64, 2, "C", readonly=True)
+
+
+def _numba():
+    """(njit, types, read-only float64 C arrays of 1 and 2 dimensions): numba is imported by the first
+    compiled solve, not with this module (a least-squares run never needs it: ~0.7 s of start-up)."""
+    from numba import njit, types
+    f64 = lambda ndim: types.Array(types.float64, ndim, "C", readonly=True)   # noqa: E731 (writable arrays convert)
+    return njit, types, f64(1), f64(2)
 
 
 def _weighted_logistic_py(theta, X, y, w):
@@ -727,6 +732,7 @@ def _weighted_logistic(theta, X, y, w):
     logistic hindsight solves call it.
     """
     if not _WEIGHTED_LOGISTIC:
+        njit, types, _F64_1, _F64_2 = _numba()
         sig = types.Tuple((types.float64, types.float64[::1]))(_F64_1, _F64_2, _F64_1, _F64_1)
         _WEIGHTED_LOGISTIC.append(njit(sig, cache=True, fastmath={"reassoc", "contract", "nsz", "arcp"},
                                        error_model="numpy")(_weighted_logistic_py))
@@ -793,6 +799,7 @@ _WEIGHTED_SOFTMAX = []    # compiled on first use, like _WEIGHTED_LOGISTIC
 def _weighted_softmax(theta, X, y, w):
     """:func:`_weighted_softmax_py` compiled for read-only C-contiguous float64 arrays (on first use)."""
     if not _WEIGHTED_SOFTMAX:
+        njit, types, _F64_1, _F64_2 = _numba()
         sig = types.Tuple((types.float64, types.float64[:, ::1]))(_F64_2, _F64_2, _F64_1, _F64_1)
         _WEIGHTED_SOFTMAX.append(njit(sig, cache=True, fastmath={"reassoc", "contract", "nsz", "arcp"},
                                       error_model="numpy")(_weighted_softmax_py))
@@ -917,6 +924,7 @@ def _logistic_pass(theta, blocks, hessian: bool = True):
     loop over the samples (:func:`_logistic_clients_py`).
     """
     if not _LOGISTIC_CLIENTS:
+        njit = _numba()[0]
         _LOGISTIC_CLIENTS.append(njit(cache=True, error_model="numpy")(_logistic_clients_py))
     M, d = theta.shape
     theta = np.ascontiguousarray(theta, dtype=np.float64)

@@ -12,13 +12,15 @@ chunk), which made the quadrature most of a run's time. Here:
   G'' = μ₂(τ) (Stein's lemma: A' = τκ, A'' = μ₂) computed once by the same
   quadrature. The interpolation error is below h⁶ max|G⁽⁶⁾| / 46080 ≈ 1e-17
   (measured against the quadrature: < 3e-16 absolute on 10⁶ random τ, see
-  ``tests/test_tracker_speed.py``); τ > 64 falls back to the quadrature;
+  ``tests/test_tracker_refresh.py``); τ > 64 falls back to the quadrature;
 * :func:`kappa_unique` evaluates κ once per distinct τ (optima under a
   rotation or abrupt drift keep their norms, so a chunk has few distinct
   values) — bit-identical to the population's κ.
 
-Cost: the grid is built once per process (8,193 τ, three quadratures,
-about 0.05 s); then O(1) per evaluated point.
+Cost: the grid (8,193 τ, three quadratures each) is computed once per
+process, segment by segment as the run's τ reach them (about 0.1 s for all
+of it, a few ms for the few segments a run usually needs); then O(1) per
+evaluated point.
 """
 
 from __future__ import annotations
@@ -29,17 +31,41 @@ from ..generators.population import _SQRT_2PI, _kappa, _kappa_mu2, _softplus_mea
 
 _H = 1.0 / 128.0
 _TMAX = 64.0
+_SEG = 64                                   # grid nodes per segment, computed when first needed
+_NODES = int(round(_TMAX / _H)) + 1         # 8,193 nodes τ = 0, h, …, 64
 _GRID = None
 
 
-def _grid():
+def _grid(index: np.ndarray | None = None):
+    """(G, G', G'') on the grid τ_j = j h, the segments holding the nodes ``index`` (and the next node)
+    computed if they were not yet (all of them when ``index`` is None).
+
+    A segment is computed once per process, by the same quadrature whatever
+    else is computed with it, so a node's value never depends on which τ a
+    run happened to need first. A run whose models keep s‖x‖ ≤ 3 computes 6
+    of the 129 segments.
+    """
     global _GRID
     if _GRID is None:
-        tau = np.arange(0.0, _TMAX + _H / 2, _H)
+        _GRID = (np.zeros(_NODES), np.zeros(_NODES), np.zeros(_NODES), np.zeros((_NODES + _SEG - 1) // _SEG, bool))
+    g, g1, g2, done = _GRID
+    need = np.zeros(len(done), bool)
+    if index is None:
+        need[:] = True
+    else:
+        need[index // _SEG] = True
+        need[np.minimum(index + 1, _NODES - 1) // _SEG] = True
+    todo = np.flatnonzero(need & ~done)
+    if todo.size:
+        j = (todo[:, None] * _SEG + np.arange(_SEG)).ravel()
+        j = j[j < _NODES]
+        tau = j * _H
         k, mu2 = _kappa_mu2(tau)
-        g = _softplus_mean(tau) - tau / _SQRT_2PI
-        _GRID = (g, tau * k - 1.0 / _SQRT_2PI, mu2)
-    return _GRID
+        g[j] = _softplus_mean(tau) - tau / _SQRT_2PI
+        g1[j] = tau * k - 1.0 / _SQRT_2PI
+        g2[j] = mu2
+        done[todo] = True
+    return g, g1, g2
 
 
 def softplus_mean(tau: np.ndarray) -> np.ndarray:
@@ -49,11 +75,11 @@ def softplus_mean(tau: np.ndarray) -> np.ndarray:
     quadrature beyond. Returns float64 of τ's shape.
     """
     tau = np.asarray(tau, dtype=np.float64)
-    g, g1, g2 = _grid()
     flat = tau.ravel()
     inside = flat < _TMAX
     x = flat[inside] / _H
-    i = np.minimum(x.astype(np.int64), len(g) - 2)
+    i = np.minimum(x.astype(np.int64), _NODES - 2)
+    g, g1, g2 = _grid(i)
     t = x - i
     h = _H
     # quintic Hermite basis on [0, 1]

@@ -43,6 +43,7 @@ import math
 
 import numpy as np
 
+from ..generators.population import row_blocks
 from ..models.losses import get_loss
 
 
@@ -175,7 +176,7 @@ class RunningMean:
 
 def population_estimates(population, models, average, optima, previous_optima, batch_size, steps=None,
                          noise_every=1, comparator=None, scale=None, noise=None, previous_scale=None,
-                         noise_clients=None):
+                         noise_clients=None, optima_norm=None, sqdist=None):
     """Exact σ_t², ζ_t², K_t² for a chunk of synthetic steps.
 
     Parameters
@@ -203,6 +204,12 @@ def population_estimates(population, models, average, optima, previous_optima, b
         step t = j·noise_every, clients (j k + i) mod M, i < k), so that every
         client is visited in turn; the value is their mean, an estimate of the
         mean over all M clients. None (or k ≥ M): every client.
+    optima_norm : ndarray (n, M) or None
+        ‖x*_{t,m}‖ if the caller has it (the tracker computes it once per chunk).
+    sqdist : dict or None
+        For populations with ``grad_noise_of_sqdist`` (least squares): ``{"models": ‖x_{t,m} − x*_{t,m}‖²,
+        "comparator": ‖u_t − x*_{t,m}‖²}`` (n, M) if the caller has them (the tracker's F needs the same);
+        used when every client and step is evaluated.
 
     Returns
     -------
@@ -216,24 +223,33 @@ def population_estimates(population, models, average, optima, previous_optima, b
         j = (np.asarray(steps)[rows] // noise_every) if steps is not None else rows
         sub = (j[:, None] * noise_clients + np.arange(noise_clients)) % M          # (rows, k)
 
+    every = len(rows) == n and sub is None          # all steps, all clients: no copies of the (n, M, d) arrays
+    sqdist = sqdist or {}
+
     def pick(a):
+        if every:
+            return a
         a = a[rows]
         return a if sub is None else np.take_along_axis(a, sub.reshape(sub.shape + (1,) * (a.ndim - 2)), axis=1)
 
-    def noise_at(points):
+    def noise_at(points, key):
         out = np.full(n, np.nan)
         if len(rows):
             sc = None if scale is None else pick(scale)
             nk = {} if noise is None else {"noise": pick(noise)}
-            pts = pick(np.broadcast_to(points, optima.shape))
-            out[rows] = population.grad_noise(pts, pick(optima), scale=sc, **nk).mean(axis=1) / batch_size
+            if every and key in sqdist and hasattr(population, "grad_noise_of_sqdist"):
+                g = population.grad_noise_of_sqdist(sqdist[key], scale=sc, **nk)
+            else:
+                pts = pick(np.broadcast_to(points, optima.shape))
+                g = population.grad_noise(pts, pick(optima), scale=sc, **nk)
+            out[rows] = g.mean(axis=1) / batch_size
         return out
 
-    sigma2 = noise_at(models)
-    sigma2_comp = noise_at(np.broadcast_to(comparator[:, None, :], optima.shape)) if comparator is not None \
-        else np.full(n, np.nan)
+    sigma2 = noise_at(models, "models")
+    sigma2_comp = noise_at(np.broadcast_to(comparator[:, None, :], optima.shape), "comparator") \
+        if comparator is not None else np.full(n, np.nan)
     if hasattr(population, "grad_coefficients"):
-        zeta2, K2 = _spreads(population, average, optima, previous_optima, scale, previous_scale)
+        zeta2, K2 = _spreads(population, average, optima, previous_optima, scale, previous_scale, optima_norm)
     else:
         g = population.grad(average[:, None, :], optima, scale=scale)
         gbar = g.mean(axis=1)
@@ -251,7 +267,7 @@ def population_estimates(population, models, average, optima, previous_optima, b
     return {"sigma2": sigma2, "sigma2_comparator": sigma2_comp, "zeta2": zeta2, "K2": K2}
 
 
-def _spreads(population, average, optima, previous_optima, scale, previous_scale):
+def _spreads(population, average, optima, previous_optima, scale, previous_scale, w_norm=None):
     """ζ_t² and K_t² at x̄_t from gradients of the form ∇F_{t,m}(x) = α_{t,m} x − β_{t,m} w_{t,m}.
 
     With ā = mean_m α, b̄_t = mean_m β w (so ∇F_t(x̄) = ā x̄ − b̄_t), e_m = α_m − ā
@@ -266,21 +282,39 @@ def _spreads(population, average, optima, previous_optima, scale, previous_scale
     (n, M, d) gradient array per term and without evaluating the previous
     step's optima a second time. With one feature scale e = 0 and ā = ā'.
     Returns two ndarrays (n,) (K² is computed at the first step too; the
-    caller sets it to NaN at t = 1).
+    caller sets it to NaN at t = 1). ``w_norm`` (n, M): ‖w‖ if the caller has
+    it; not computed for a population whose gradient does not need it
+    (``norm_free_gradient``).
     """
     n, M, d = optima.shape
     nx = np.sqrt(np.einsum("nd,nd->n", average, average))                     # (n,)
-    nw = np.sqrt(np.einsum("nmd,nmd->nm", optima, optima))                    # (n, M)
-    alpha, beta = population.grad_coefficients(nx[:, None], nw, scale=scale)
+    if w_norm is not None:
+        nw = w_norm
+    elif population.norm_free_gradient:
+        nw = np.broadcast_to(0.0, (n, M))                                    # only its shape is used
+    else:
+        nw = np.sqrt(np.einsum("nmd,nmd->nm", optima, optima))                # (n, M)
+    # With one feature scale (scale None) α_{t,m} = s² κ(s‖x̄_t‖) is the same for every client: e = 0 and
+    # ā' = ā, so α is not needed (its quadrature at every step's ‖x̄_t‖ is skipped: zeros stand in for ‖x̄‖)
+    one_scale = scale is None
+    alpha, beta = population.grad_coefficients(np.zeros((n, 1)) if one_scale else nx[:, None], nw, scale=scale)
     alpha = np.broadcast_to(alpha, (n, M))
-    bw = beta[..., None] * optima                                             # (n, M, d)
-    bbar = bw.mean(axis=1)                                                    # (n, d)
-    D = bw - bbar[:, None, :]
+    beta = np.broadcast_to(beta, (n, M))
     abar = alpha.mean(axis=1)
     e = alpha - abar[:, None]
-    zeta2 = np.einsum("nmd,nmd->nm", D, D).mean(axis=1)
-    if np.any(e):
-        zeta2 = zeta2 + (e * e).mean(axis=1) * nx * nx - 2.0 * (e * np.einsum("nmd,nd->nm", D, average)).mean(axis=1)
+    spread = not one_scale and np.any(e)
+    bbar = np.empty((n, d))                                                   # b̄_t
+    DD, De = np.empty((n, M)), (np.empty((n, M)) if spread else None)        # ‖D_m‖², D_m·x̄
+    for i, j in row_blocks(n, M * d * 8):      # a few steps at a time: the (·, M, d) temporaries stay in cache
+        bw = beta[i:j, :, None] * optima[i:j]
+        bbar[i:j] = bw.mean(axis=1)
+        D = bw - bbar[i:j, None, :]
+        DD[i:j] = np.einsum("nmd,nmd->nm", D, D)
+        if spread:
+            De[i:j] = np.einsum("nmd,nd->nm", D, average[i:j])
+    zeta2 = DD.mean(axis=1)
+    if spread:
+        zeta2 = zeta2 + (e * e).mean(axis=1) * nx * nx - 2.0 * (e * De).mean(axis=1)
     if previous_optima is None:
         first = bbar[:1]
         pscale = None if scale is None else np.concatenate([scale[:1], scale[:-1]])

@@ -84,6 +84,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..generators.population import row_blocks
 from .bracket import LogisticBracket, solve_clients
 from .fastquad import kappa_unique, softplus_mean
 from ..models.losses import get_loss
@@ -92,6 +93,7 @@ from .comparators import (CLIENT_NEWTON_MAX_DIM, ROW_SPACE_MIN_DIM, LeastSquares
                           solve_hindsight_clients)
 from .heterogeneity import RunningMean, client_losses, empirical_estimates, population_estimates, running_sum
 from .regime import RegimeTerms, literal_condition
+from .rows import Rows, deliver
 from .stability import LossGrowth
 
 
@@ -268,30 +270,6 @@ def loss_columns(cols: dict, c: np.ndarray, losses: dict, learners, main: str, t
     return net, cum
 
 
-def _frame(cols: dict, n: int) -> "pandas.DataFrame":
-    """``pd.DataFrame(cols)`` (same columns, order and dtypes), built from one float64 block.
-
-    The float columns (hundreds with per-client columns) are stacked into one
-    (n, C) array and the others inserted at their places: pandas' column-by-
-    column construction cost more than the rest of a chunk's bookkeeping.
-    """
-    import pandas as pd   # here, not at import: pandas costs ~0.3 s of start-up before the first step
-    names = list(cols)
-    arrays = [np.asarray(cols[k]) for k in names]
-    floats = [i for i, a in enumerate(arrays) if a.dtype == np.float64 and a.shape == (n,)]
-    if len(floats) < 2:
-        return pd.DataFrame(cols)
-    block = np.empty((n, len(floats)))
-    for j, i in enumerate(floats):
-        block[:, j] = arrays[i]
-    frame = pd.DataFrame(block, columns=[names[i] for i in floats], copy=False)
-    fl = set(floats)
-    for i in range(len(names)):
-        if i not in fl:
-            frame.insert(i, names[i], arrays[i])
-    return frame
-
-
 def _project_rows(x: np.ndarray, radius: float | None) -> np.ndarray:
     if radius is None:
         return x
@@ -312,9 +290,10 @@ class RegretTracker:
         All learner names, ``main`` included; the others are baselines.
     radius : float or None
         D, the comparator set X = {‖x‖ ≤ D} (same as the learners' projection).
-    sink : callable(DataFrame) or None
+    sink : RowsSink, callable(DataFrame) or None
         Receives the per-step rows of every chunk (columns documented in
-        :meth:`update`).
+        :meth:`update`): as :class:`~streamfl.regret.rows.Rows` if it is a
+        :class:`~streamfl.regret.rows.RowsSink` (the metrics file), else as a DataFrame.
     spool_dir : str or None
         Where to record the realised stream for the exact end-of-run
         comparator of non-quadratic losses (deleted by :meth:`finalize`).
@@ -445,6 +424,7 @@ class RegretTracker:
             self.regime.noise_missing = (f"the population σ² of a logistic stream is evaluated every "
                                          f"{NOISE_EVERY}th step (a quadrature): none before step {NOISE_EVERY}")
         self.client_last_step = np.zeros(self.M, dtype=np.int64)
+        self._names = {}
         # how each population regret is known; the live view, summary.json and the
         # README's metrics.csv columns say the same
         if self.population is None:
@@ -477,7 +457,8 @@ class RegretTracker:
 
         Returns
         -------
-        DataFrame with one row per step:
+        :class:`~streamfl.regret.rows.Rows` with one row per step (``.frame()`` gives the DataFrame; the
+        sink receives the Rows if it is a :class:`~streamfl.regret.rows.RowsSink`, else the DataFrame):
 
         * ``t``, ``loss`` (network loss of the main learner), ``cum_loss``,
           ``cum_loss_<baseline>``, ``gap_<baseline>``;
@@ -591,12 +572,15 @@ class RegretTracker:
                                        self.prev_optima, self.b, ts, 1 if self.task == "least_squares" else NOISE_EVERY,
                                        noise_clients=None if self.task == "least_squares" else NOISE_CLIENTS,
                                        comparator=u, scale=chunk.scale, noise=chunk.noise,
-                                       previous_scale=self.prev_scale)
+                                       previous_scale=self.prev_scale, optima_norm=self._opt_norm,
+                                       sqdist=self._sq)
             self.prev_optima = chunk.optimum[-1].copy()
             self.prev_scale = None if chunk.scale is None else chunk.scale[-1].copy()
             sc = np.full((n, self.M), self.population.feature_scale) if chunk.scale is None else chunk.scale
-            het["curvature"] = np.einsum("nm,nm->n", c, self.population.curvature(
-                np.broadcast_to(u[:, None, :], chunk.optimum.shape), scale=sc))
+            # ℓ_t at u_t for every client: ‖u_t‖ once per step (the rows of the broadcast u are equal)
+            unorm = np.broadcast_to(np.sqrt(np.einsum("nd,nd->n", u, u))[:, None], (n, self.M))
+            het["curvature"] = np.einsum("nm,nm->n", c, np.ascontiguousarray(self.population.curvature(
+                np.broadcast_to(u[:, None, :], chunk.optimum.shape), scale=sc, x_norm=unorm)))
             flag_noise = het["sigma2_comparator"]
         elif self.dirac:
             dcols, client_dynamic = self._dirac_terms(chunk, c, losses[self.main], virtual_loss, cols,
@@ -624,30 +608,37 @@ class RegretTracker:
         self.client_steps = client_steps[-1].copy()
         seen = present.any(axis=0)
         self.client_last_step[seen] = ts[n - 1 - np.argmax(present[::-1], axis=0)][seen]
-        if self.client_columns:
+        frame = Rows(n)
+        frame.add_columns(cols)
+        if self.client_columns:          # one (n, M) block per quantity, not M columns one by one
             with np.errstate(invalid="ignore", divide="ignore"):
                 client_avg = np.where(client_steps > 0, client_cum / np.maximum(client_steps, 1), np.nan)
-            for m in range(self.M):
-                cols[f"client{m}_cum_loss"] = client_cum[:, m]
-                cols[f"client{m}_avg_loss"] = client_avg[:, m]
-            for label, values in (("static", client_regret), ("expected", client_expected),
-                                  ("dynamic", client_dynamic)):
+            # client<m>_cum_loss, client<m>_avg_loss for m = 0, 1, … (interleaved), then each regret's M columns
+            frame.add_group(self._client_names("cum_loss", "avg_loss"),
+                            np.stack([client_cum, client_avg], axis=2).reshape(n, 2 * self.M))
+            for label, values in (("regret_static", client_regret), ("regret_expected", client_expected),
+                                  ("regret_dynamic", client_dynamic)):
                 if values is not None:
-                    for m in range(self.M):
-                        cols[f"client{m}_regret_{label}"] = values[:, m]
+                    frame.add_group(self._client_names(label), values)
         self.client_last = {"static": None if client_regret is None else client_regret[-1].copy(),
                             "expected": None if client_expected is None else client_expected[-1].copy(),
                             "dynamic": None if client_dynamic is None else client_dynamic[-1].copy()}
         if comm is None:
             comm, self._comm = getattr(self, "_comm", None), None
         if comm is not None:
-            cols["bytes_up"], cols["bytes_down"] = comm
+            frame.add("bytes_up", comm[0])
+            frame.add("bytes_down", comm[1])
             self.state.bytes_up, self.state.bytes_down = int(comm[0][-1]), int(comm[1][-1])
-        frame = _frame(cols, n)
         self._refresh_state(frame, int(present.sum()) * self.b)
-        if self.sink is not None:
-            self.sink(frame)
+        deliver(self.sink, frame)
         return frame
+
+    def _client_names(self, *labels: str) -> list[str]:
+        """``client<m>_<label>`` for m = 0..M−1 and each label in turn per client (made once per labels)."""
+        names = self._names.get(labels)
+        if names is None:
+            names = self._names[labels] = [f"client{m}_{label}" for m in range(self.M) for label in labels]
+        return names
 
     def _regime_update(self, ts, flag_noise, het, ell):
         """Absorb the chunk into the regime terms; cumulative sides per step (loss units)."""
@@ -673,20 +664,31 @@ class RegretTracker:
         sc, nz = chunk.scale, chunk.noise
         nkw = {} if (nz is None or self.task != "least_squares") else {"noise": nz}
         out = {}
+        sq = self._sq = {}          # squared distances ‖x − w‖² (least squares), reused by σ² (population_estimates)
         if self.task == "logistic":
             # F(x) = A(s‖x‖) − s² (x·w) κ(s‖w‖): κ once per distinct optimum norm, A interpolated
-            # (:mod:`streamfl.regret.fastquad`); one pass per chunk instead of a quadrature per call
+            # (:mod:`streamfl.regret.fastquad`); one pass per chunk instead of a quadrature per call.
+            # ‖w‖² once per chunk: κ, F at the clients' own optima, u_t, the hindsight sums and ζ², K² use it
             s_ = pop.feature_scale if sc is None else sc
-            kw = kappa_unique(s_ * np.sqrt(np.einsum("nmd,nmd->nm", opt, opt)))
+            ww = self._opt_sq = np.einsum("...d,...d->...", opt, opt)
+            self._opt_norm = np.sqrt(ww)
+            kw = kappa_unique(s_ * self._opt_norm)
 
-            def F(x):
+            def F(x, key=None):
+                if x is opt:                # x·w = ‖w‖² (the same sums as einsum of x with w)
+                    return softplus_mean(s_ * self._opt_norm) - s_ * s_ * ww * kw
                 nx = np.sqrt(np.einsum("...d,...d->...", x, x))
                 # x·w by einsum (broadcasting x over the clients), without an (n, M, d) product array
                 return softplus_mean(s_ * nx) - s_ * s_ * np.einsum("...d,...d->...", x, opt) * kw
         else:
-            def F(x):
-                return pop.loss(x, opt, scale=sc, **nkw)
-        F_played = F(models)                                                     # (n, M)
+            self._opt_sq = self._opt_norm = None
+
+            def F(x, key=None):
+                d2 = pop.sqdist(x, opt)
+                if key is not None:
+                    sq[key] = d2
+                return pop.loss_of_sqdist(d2, scale=sc, **nkw)
+        F_played = F(models, "models")                                           # (n, M)
         F_avg = F(average[:, None, :])                                           # (n, M)
         exp_learner = running_sum(self.exp_learner, np.einsum("nm,nm->n", c, F_played))
         exp_virtual = running_sum(self.exp_virtual, np.einsum("nm,nm->n", c, F_avg))
@@ -707,50 +709,85 @@ class RegretTracker:
             n2 = np.broadcast_to(noise2, c.shape)
             # network: weights c k
             ck = c * k
+            oo = opt * opt
             Sc = running_sum(self.opt_sums[0], ck.sum(axis=1))
             Sw = running_sum(self.opt_sums[1], np.einsum("nm,nmd->nd", ck, opt))
-            Sww = running_sum(self.opt_sums[2], np.einsum("nm,nmd->n", ck, opt * opt))
+            Sww = running_sum(self.opt_sums[2], np.einsum("nm,nmd->n", ck, oo))
             Sn = running_sum(self.opt_sums[3], np.einsum("nm,nm->n", c, n2))
             self.opt_sums = [float(Sc[-1]), Sw[-1].copy(), float(Sww[-1]), float(Sn[-1])]
             comp = self._ls_comparator(Sc, Sw, Sww, Sn, s0)
             out["regret_expected"] = exp_learner - comp
             out["regret_expected_virtual"] = exp_virtual - comp
-            # each client alone: weight 1 per step
+            # each client alone: weight 1 per step. Its comparator needs ‖Σ k w‖² only (see
+            # _ls_client_comparator): the running sum Σ k w (M, d) is advanced step by step and its squared
+            # norm taken, without an (n, M, d) array of running sums
             Kc = running_sum(self.client_opt_sums[0], k)
-            Kw = running_sum(self.client_opt_sums[1], k[..., None] * opt)
-            Kww = running_sum(self.client_opt_sums[2], k * np.sum(opt * opt, axis=-1))
+            n, M = c.shape
+            Kw, Kw2 = self.client_opt_sums[1], np.empty((n, M))
+            for i in range(n):
+                Kw += opt[i] if sc is None else k[i][:, None] * opt[i]     # k = 1 without per-client scales
+                Kw2[i] = np.vecdot(Kw, Kw)
+            Kww = running_sum(self.client_opt_sums[2], k * np.sum(oo, axis=-1))
             Kn = running_sum(self.client_opt_sums[3], np.broadcast_to(n2, k.shape))
-            self.client_opt_sums = [Kc[-1].copy(), Kw[-1].copy(), Kww[-1].copy(), Kn[-1].copy()]
-            client_expected = client_exp - self._ls_comparator(Kc, Kw, Kww, Kn, s0)
+            self.client_opt_sums = [Kc[-1].copy(), Kw, Kww[-1].copy(), Kn[-1].copy()]
+            client_expected = client_exp - self._ls_client_comparator(Kc, Kw2, Kww, Kn, s0)
         else:
             n, M = c.shape
             s_all = np.broadcast_to(pop.feature_scale if sc is None else sc, (n, M))
             cnet = np.full((n, M), 1.0 / M)
             start = 0
+            nw = self._opt_norm
             for i in np.flatnonzero(np.isin(ts, list(self.checkpoints))):
-                self.exp_sums.absorb(opt[start:i + 1], cnet[start:i + 1], s_all[start:i + 1])
+                self.exp_sums.absorb(opt[start:i + 1], cnet[start:i + 1], s_all[start:i + 1], nw[start:i + 1])
                 self.exp_snaps[int(ts[i])] = self.exp_sums.snapshot()
                 start = i + 1
             if start < n:
-                self.exp_sums.absorb(opt[start:], cnet[start:], s_all[start:])
-            self.client_exp_sums.absorb(opt, np.ones((n, M)), s_all)
+                self.exp_sums.absorb(opt[start:], cnet[start:], s_all[start:], nw[start:])
+            self.client_exp_sums.absorb(opt, np.ones((n, M)), s_all, nw)
             out["regret_expected"] = np.full(len(c), np.nan)
         # dynamic: F_t(x̄_t) − F_t(u_t), with F_t = Σ_m c F_{t,m}
         # every step from its own start (no warm start from the previous chunk's last u_t): u_t, and what is
         # evaluated at it (σ² at u_t, ℓ_t), is then the same whatever the chunk size; it is also cheaper (a
         # chunk-long broadcast of one warm start is a poor start for most of its steps)
-        u = pop.minimize_mean(opt, radius=self.radius, scale=sc, weights=None if sc is None else c)
-        gap = np.einsum("nm,nm->n", c, F_avg - F(u[:, None, :]))
+        norm = {} if self._opt_norm is None else {"w_norm": self._opt_norm}
+        u = pop.minimize_mean(opt, radius=self.radius, scale=sc, weights=None if sc is None else c, **norm)
+        gap = np.einsum("nm,nm->n", c, F_avg - F(u[:, None, :], "comparator"))
         out["regret_dynamic"] = running_sum(self.dynamic, gap)
         self.dynamic = float(out["regret_dynamic"][-1])
         # each client against its own per-step optimum (the projection of x*_{t,m}: F_{t,m} is isotropic)
-        own = F(_project_rows(opt, self.radius))
+        if self.radius is None and self.task == "least_squares":
+            own = pop.loss_of_sqdist(np.zeros(c.shape), scale=sc, **nkw)       # ‖w − w‖² = 0
+        else:
+            own = F(_project_rows(opt, self.radius))
         client_dynamic = running_sum(self.client_dyn, F_played - own)
         self.client_dyn = client_dynamic[-1].copy()
         return out, u, client_expected, client_dynamic
 
+    def _ls_client_comparator(self, Kc, Kw2, Kww, Kn, s0):
+        """Each client's min_{‖x‖≤D} ½ s0² Σ k ‖x − w‖² + ½ Σ σ² from Σk, ‖Σ k w‖², Σ k ‖w‖², Σ σ² (n, M).
+
+        The minimiser is x̂ = a Σkw/Σk with a = min(1, D Σk/‖Σkw‖) (a = 1 without a radius), so
+        x̂·Σkw = a ‖Σkw‖²/Σk and Σk ‖x̂‖² = a² ‖Σkw‖²/Σk: the value needs ‖Σkw‖², not Σkw itself.
+        The same value as :meth:`_ls_comparator` on the sums (to rounding).
+        """
+        Kc = np.maximum(Kc, 1e-300)
+        q = Kw2 / Kc                                            # ‖Σkw‖²/Σk
+        if self.radius is None:
+            return 0.5 * s0 ** 2 * (Kww - q) + 0.5 * Kn
+        a = np.minimum(1.0, self.radius * Kc / np.maximum(np.sqrt(Kw2), 1e-300))
+        return 0.5 * s0 ** 2 * (Kww - 2 * a * q + a * a * q) + 0.5 * Kn
+
     def _ls_comparator(self, Sc, Sw, Sww, Sn, s0):
-        """min_{‖x‖≤D} ½ s0² Σ k ‖x − w‖² + ½ Σ σ², from running sums (any leading shape)."""
+        """min_{‖x‖≤D} ½ s0² Σ k ‖x − w‖² + ½ Σ σ², from running sums (any leading shape; (n, M, d) sums
+        a few steps at a time, :func:`~streamfl.generators.population.row_blocks`)."""
+        if Sw.ndim == 3:
+            out = np.empty(Sc.shape)
+            for i, j in row_blocks(len(Sw), Sw[0].nbytes):
+                out[i:j] = self._ls_comparator_rows(Sc[i:j], Sw[i:j], Sww[i:j], Sn[i:j], s0)
+            return out
+        return self._ls_comparator_rows(Sc, Sw, Sww, Sn, s0)
+
+    def _ls_comparator_rows(self, Sc, Sw, Sww, Sn, s0):
         xhat = Sw / np.maximum(Sc, 1e-300)[..., None]
         xhat = _project_rows(xhat, self.radius)
         return 0.5 * s0 ** 2 * (Sww - 2 * np.sum(xhat * Sw, axis=-1) + Sc * np.sum(xhat ** 2, axis=-1)) + 0.5 * Sn
@@ -831,7 +868,7 @@ class RegretTracker:
         self.spool["t"].write(np.repeat(ts, M * b).astype(np.int64))
 
     def _refresh_state(self, frame, samples):
-        last = frame.iloc[-1]
+        last = frame.last()
         st = self.state
         st.t = int(last["t"])
         st.samples += samples

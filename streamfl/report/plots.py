@@ -53,6 +53,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogFormatter, NullLocator
 
+from .labels import main_label  # noqa: F401  (re-exported: plots and the CLI name the main learner alike)
+
 __all__ = [
     "MAX_POINTS",
     "MAX_CLIENTS",
@@ -224,18 +226,6 @@ def _config(summary: Mapping | None) -> dict:
     return cfg if isinstance(cfg, dict) else {}
 
 
-def main_label(summary: Mapping | None) -> str:
-    """How plots and the CLI name a run's main learner: FedSEA, FedNCF (streaming GMF), FedSubAvg or FedAvg
-    (streaming sparse logistic, by ``learner.sparse.rule``)."""
-    summary = summary or {}
-    model = summary.get("model")
-    if model == "gmf":
-        return "FedNCF"
-    if model == "sparse_logistic":
-        return "FedSubAvg" if summary.get("rule") == "fedsubavg" else "FedAvg"
-    return "FedSEA"
-
-
 def _run_name(summary: Mapping | None) -> str:
     name = _config(summary).get("name")
     main = (summary or {}).get("main") or "learner"
@@ -275,12 +265,15 @@ def _client_columns(df: pd.DataFrame) -> list[tuple[int, str]]:
 
 
 def _abrupt_steps(summary: Mapping | None) -> list[int]:
-    """1-based steps t at which an abrupt drift switch takes effect.
+    """Steps t (counted from 1, as metrics.csv's t) at which an abrupt drift switch takes effect.
 
     The config's ``source.drift`` items look like ``{"kind": "abrupt",
-    "at": [...]}`` with 0-based steps (see :class:`~streamfl.generators.
-    schedules.Abrupt`); the new distribution is first seen at t = at + 1.
+    "at": [...]}`` with steps counted from 1 (see :class:`~streamfl.generators.
+    schedules.Abrupt`): the new distribution is first seen at t = at.
     Anything malformed is ignored.
+
+    >>> _abrupt_steps({"config": {"source": {"drift": [{"kind": "abrupt", "at": [1200]}]}}})
+    [1200]
     """
     source = _config(summary).get("source")
     drift = source.get("drift") if isinstance(source, dict) else None
@@ -296,7 +289,7 @@ def _abrupt_steps(summary: Mapping | None) -> list[int]:
         for a in (at if isinstance(at, (list, tuple)) else [at]):
             v = _num(a)
             if np.isfinite(v):
-                steps.add(int(v) + 1)
+                steps.add(int(v))
     return sorted(steps)
 
 
@@ -304,17 +297,19 @@ _INJECTED_COLOURS = {"covariate_rotation": "#9467bd", "covariate_scale": "#17bec
 
 
 def _injected_windows(summary: Mapping | None) -> list[tuple[float, float | None, str, str]]:
-    """Injected drift of the config's ``source.inject``, as 1-based step windows.
+    """Injected drift of the config's ``source.inject``, as windows of steps t (counted from 1).
 
     Returns a list of ``(first t, last t or None for "to the end", legend
-    label, kind)``. Injector steps are 0-based (see
+    label, kind)``. Injector steps count from 1, as metrics.csv's t (see
     :mod:`streamfl.generators.inject`): a covariate rotation or scale ramps
-    from ``start`` to ``end`` (a switch when ``end`` is missing or equal) and
-    is then held; a label flip acts on ``start ≤ step < end`` (to the end when
-    ``end`` is missing). Anything malformed is ignored.
+    from step ``start`` to step ``end`` (a switch when ``end`` is missing or
+    equal) and is then held; a label flip acts on ``start ≤ t < end`` (to the
+    end when ``end`` is missing). Anything malformed is ignored.
 
     >>> _injected_windows({"config": {"source": {"inject": [{"kind": "label_flip", "start": 4500, "fraction": 0.25}]}}})
-    [(4501.0, None, 'injected label flip (25% of labels), t ≥ 4,501', 'label_flip')]
+    [(4500.0, None, 'injected label flip (25% of labels), t ≥ 4,500', 'label_flip')]
+    >>> _injected_windows({"config": {"source": {"inject": [{"kind": "label_flip", "start": 10, "end": 20}]}}})[0][:3]
+    (10.0, 19.0, 'injected label flip (all labels), t = 10–19')
     """
     source = _config(summary).get("source")
     items = source.get("inject") if isinstance(source, dict) else None
@@ -328,15 +323,15 @@ def _injected_windows(summary: Mapping | None) -> list[tuple[float, float | None
         start, end = _num(item.get("start")), _num(item.get("end"))
         if not np.isfinite(start):
             continue
-        lo = start + 1
+        lo = start
         if kind in ("covariate_rotation", "covariate_scale"):
-            hi = end + 1 if np.isfinite(end) else lo
+            hi = end if np.isfinite(end) else lo
             what = (f"rotation {_fmt(item.get('angle'))} rad" if kind == "covariate_rotation"
                     else f"scale ×{_fmt(item.get('factor'))}")
             when = f"at t = {int(lo):,}" if hi <= lo else f"t = {int(lo):,}–{int(hi):,}"
             out.append((lo, max(hi, lo), f"injected covariate {what}, {when} then held", kind))
         elif kind == "label_flip":
-            hi = end if np.isfinite(end) else None
+            hi = end - 1 if np.isfinite(end) else None                # the last flipped step
             frac = _num(item.get("fraction", 1.0))
             share = "all labels" if frac == 1 else f"{frac:.0%} of labels"
             when = f"t ≥ {int(lo):,}" if hi is None else f"t = {int(lo):,}–{int(hi):,}"

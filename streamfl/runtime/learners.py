@@ -107,6 +107,7 @@ class Federated:
         self.bytes_up = 0          # cumulative payload bytes, clients → server
         self.bytes_down = 0        # cumulative payload bytes, server → clients
         self._global = clients.W[0].copy() if compressor is not None else None
+        self._lengths = {}         # model shape -> float64 payload bytes
 
     @property
     def models(self) -> np.ndarray | None:
@@ -143,32 +144,39 @@ class Federated:
         C(x_m − x̄_prev), the change of its model since the last global model, with the dither key
         (seed, m + 1, round); the server decodes and averages x̄_prev + Ĉ(·).
         """
-        from ..compression import NoCompression, dither_key
         W = self.clients.upload(seen)
         if not isinstance(W, np.ndarray):          # a ModelUpdate (sparse rows): it counts its own payload
             self.bytes_up += int(W.nbytes)
             return W
         if self.compressor is None:
             # every model has the same shape, so every float64 payload has the same length (fixed header,
-            # 8 bytes per value): one payload is encoded and counted once per client taking part
+            # 8 bytes per value): one payload is encoded, once per run, and counted once per client taking part
             # (the length depends on the shape only, so a diverged, non-finite model is counted the same)
-            self.bytes_up += int(np.count_nonzero(seen > 0)) * len(NoCompression("float64").encode(np.zeros(W.shape[1:])))
+            self.bytes_up += int(np.count_nonzero(seen > 0)) * self._payload_bytes(W.shape[1:])
             return W
         if not np.isfinite(W).all():
             return W          # diverged: the engine stops the run at this step with its divergence message
+        from ..compression import dither_key
         c = self.compressor
         keys = [dither_key(self.seed, m + 1, self.rounds) for m in range(W.shape[0])] if c.dithered else None
         payloads = c.encode_batch(W - self._global, keys)
         self.bytes_up += sum(len(p) for p, s in zip(payloads, seen) if s > 0)
         return self._global + c.decode_batch(payloads, keys)
 
+    def _payload_bytes(self, shape: tuple) -> int:
+        """Length of the float64 payload of one model of ``shape`` (encoded once per shape, then remembered)."""
+        n = self._lengths.get(shape)
+        if n is None:
+            from ..compression import NoCompression
+            n = self._lengths[shape] = len(NoCompression("float64").encode(np.zeros(shape)))
+        return n
+
     def _broadcast(self, global_model: np.ndarray) -> None:
         """The server sends the new global model (d, K) to each of the M clients as float64; bytes counted."""
-        from ..compression import NoCompression
         if not isinstance(global_model, np.ndarray):      # a GlobalUpdate: its payload goes to every client
             self.bytes_down += self.clients.n_clients * int(global_model.nbytes)
             return
-        self.bytes_down += self.clients.W.shape[0] * len(NoCompression("float64").encode(np.zeros(global_model.shape)))
+        self.bytes_down += self.clients.W.shape[0] * self._payload_bytes(global_model.shape)
         if self._global is not None:
             self._global = np.array(global_model, copy=True)
 
