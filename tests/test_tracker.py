@@ -367,3 +367,18 @@ def test_client_expected_comparator_from_the_norm_of_the_sums_equals_the_minimis
     np.testing.assert_allclose(got, want, rtol=1e-12)
     if radius == 0.4:
         assert (np.linalg.norm(Kw / Kc[..., None], axis=-1) > radius).mean() > 0.5    # the ball binds mostly
+
+
+def test_one_blas_thread_limits_scipys_blas_too():
+    # scipy.linalg bundles its own OpenBLAS; the controller made before it was loaded did not limit it, and
+    # the bracket's triangular solves spun a second thread (3.5 ms per call instead of 0.1)
+    import subprocess
+    import sys
+    code = ("from streamfl.regret.tracker import one_blas_thread\n"
+            "with one_blas_thread():\n"
+            "    import scipy.linalg\n"
+            "    from threadpoolctl import threadpool_info\n"
+            "    print(sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "OPENBLAS_NUM_THREADS": "2"})
+    assert out.stdout.strip() == "[1]"
