@@ -749,15 +749,21 @@ class LogisticBracket:
         return blocks
 
     def _fallback(self, t: int) -> float:
-        """min F_t by L-BFGS over the recorded rows (warm-started at the centre); the value reached (nats)."""
-        from .comparators import solve_hindsight
+        """min F_t by L-BFGS-B over the recorded rows (warm-started at the centre); the value reached (nats).
 
-        def blocks():
-            for blk, stop in self.rec.rows(t):
-                yield blk[3][:stop], blk[4][:stop], blk[5][:stop]
+        The objective is the pass's own numpy arithmetic (:meth:`_pass`): this runs where H is singular,
+        i.e. on the first few rows, and loads no compiler.
+        """
+        from scipy.optimize import minimize
+
+        def fun(x):
+            self.passes -= 1                 # counted once below
+            S, G, _ = self._pass(x, t, "grad")
+            return S, G
+        res = minimize(fun, self.xc.copy(), jac=True, method="L-BFGS-B",
+                       options={"maxiter": 2000, "gtol": 1e-10, "ftol": 1e-15})
         self.passes += 1
-        _, value = solve_hindsight("logistic", blocks, (self.d, 1), None, x0=self.xc.copy())
-        return float(value)
+        return float(res.fun)
 
 
 def solve_clients(blocks, n_clients: int, dim: int, x0: np.ndarray | None = None, precond=None,
@@ -776,7 +782,8 @@ def solve_clients(blocks, n_clients: int, dim: int, x0: np.ndarray | None = None
     minimum, where the predicted decrease falls below the rounding of f, a
     step that lowers the largest gradient component is taken instead. A
     client converges when max |gradient| ≤ ``gtol``, as :func:`solve_hindsight`'s
-    L-BFGS-B.
+    L-BFGS-B, or when the quasi-Newton decrement −g·D is below 10⁻¹⁵ of its
+    loss (its value is then exact to rounding).
 
     Parameters
     ----------
@@ -816,10 +823,10 @@ def solve_clients(blocks, n_clients: int, dim: int, x0: np.ndarray | None = None
         wg = np.empty((g1 - g0, R))
         i = 0
         for X, y, w in blocks():
-            n = X.shape[0]
-            Xg[:, i:i + n * b] = X[:, g0:g1].transpose(1, 0, 2, 3).reshape(g1 - g0, n * b, d)
-            yg[:, i:i + n * b] = y[:, g0:g1].transpose(1, 0, 2).reshape(g1 - g0, n * b)
-            wg[:, i:i + n * b] = w[:, g0:g1].transpose(1, 0, 2).reshape(g1 - g0, n * b)
+            n = X.shape[0]                           # one strided copy each, straight into place
+            Xg[:, i:i + n * b].reshape(g1 - g0, n, b, d)[...] = X[:, g0:g1].transpose(1, 0, 2, 3)
+            yg[:, i:i + n * b].reshape(g1 - g0, n, b)[...] = y[:, g0:g1].transpose(1, 0, 2)
+            wg[:, i:i + n * b].reshape(g1 - g0, n, b)[...] = w[:, g0:g1].transpose(1, 0, 2)
             i += n * b
         theta[g0:g1], value[g0:g1], done[g0:g1] = _solve_group(Xg, yg, wg, theta[g0:g1], precond, gtol, memory,
                                                               max_passes)
@@ -840,8 +847,11 @@ def _solve_group(X, y, w, theta, precond, gtol, memory, max_passes):
 
     if isinstance(precond, str) and precond == "clients":
         z = np.matmul(X, theta[:, :, None])[:, :, 0]
-        h = logistic_terms(z, y)[2] * w
-        H = np.matmul(X.transpose(0, 2, 1), X * h[:, :, None])
+        root = np.sqrt(logistic_terms(z, y)[2] * w)
+        H = np.empty((M, d, d))
+        for m in range(M):                           # one GEMM per client: 4× faster than a batched product here
+            B = X[m] * root[m][:, None]
+            np.matmul(B.T, B, out=H[m])
         ridge = 1e-10 * np.maximum(np.trace(H, axis1=1, axis2=2) / d, 1e-300)
         Pinv = np.linalg.inv(H + ridge[:, None, None] * np.eye(d))                   # (G, d, d)
         scale = np.ones(M)
@@ -894,6 +904,16 @@ def _solve_group(X, y, w, theta, precond, gtol, memory, max_passes):
             count[idx[bad]] = 0
             D[bad] = -h0(g[idx[bad]], idx[bad])
             slope[bad] = np.einsum("nd,nd->n", g[idx[bad]], D[bad])
+        # converged where the quasi-Newton decrement −g·D (about twice f − min f) is below 10⁻¹⁵ of f: the
+        # value is then exact to rounding, whatever the gradient's scale
+        fin = (slope < 0) & (-slope <= 1e-15 * np.maximum(1.0, np.abs(f[idx])))
+        if fin.any():
+            done[idx[fin]] = True
+            active[idx[fin]] = False
+            keep = ~fin
+            idx, D, slope = idx[keep], D[keep], slope[keep]
+            if not len(idx):
+                break
         trial = theta[idx] + alpha[idx, None] * D
         ft, gt = pass_(trial, None if len(idx) == M else idx)
         passes += 1
