@@ -713,7 +713,8 @@ class LogisticBracket:
         """(value, lower, upper) at step t (nats): :meth:`_refit` until U − L ≤ ``exact_tol`` · max(1, U).
 
         Where that fails (H singular: fewer independent rows than d, or separable data with no finite
-        minimiser) the bracket is [the certified lower bound, the value an L-BFGS solve reaches].
+        minimiser) the bracket is [the certified lower bound, the value an L-BFGS solve reaches]; with at most
+        d linearly independent rows the samples are separable and C_t = 0 exactly.
         """
         spent = self.work_moves                  # the exact steps do not draw on the live moves' budget
         lo, hi = self.low, self.S
@@ -722,6 +723,8 @@ class LogisticBracket:
             if not hi - lo <= self.exact_tol * max(1.0, abs(hi)):
                 est, lo, hi = self._refit(t, self.exact_tol * max(1.0, abs(hi)))
         certified = hi - lo <= self.exact_tol * max(1.0, abs(hi))
+        if not certified and self._separable(t):
+            return 0.0, 0.0, 0.0                 # inf F_t = 0 exactly (not attained)
         if not certified:
             hi = min(hi, self._fallback(t))
             lo = min(lo, hi)
@@ -747,6 +750,21 @@ class LogisticBracket:
                 yield (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
                        np.concatenate([p[2] for p in parts]))
         return blocks
+
+    def _separable(self, t: int) -> bool:
+        """Whether the rows of steps ≤ t are at most d and linearly independent: then any labels are separated
+        by some x (a·x = ±s for every row), the logistic loss tends to 0 along it, and C_t = 0 exactly."""
+        parts = [blk[3][:stop][blk[5][:stop] > 0] for blk, stop in self.rec.rows(t)]
+        A = np.concatenate(parts) if parts else np.empty((0, self.d))
+        if len(A) == 0 or len(A) > self.d:
+            return len(A) == 0
+        K = A @ A.T
+        try:
+            L = np.linalg.cholesky(K)
+        except np.linalg.LinAlgError:
+            return False
+        diag = np.diag(L)
+        return bool(np.all(diag > 1e-8 * np.sqrt(max(float(np.max(np.diag(K))), 1e-300))))
 
     def _fallback(self, t: int) -> float:
         """min F_t by L-BFGS-B over the recorded rows (warm-started at the centre); the value reached (nats).

@@ -170,6 +170,19 @@ def step_size_check(stream, step_size, radius: float | None = None) -> dict:
     constant step), ``steps_above`` (steps t ≤ T with η_t·L_used > 2) and
     ``warning`` (the run header's line, or None).
     """
+    key = (repr(step_size), radius)
+    cached = getattr(stream, "_step_size_check", None)
+    if cached is not None and cached[0] == key:       # the run header and summary.json both ask: read the stream once
+        return dict(cached[1])
+    out = _step_size_check(stream, step_size, radius)
+    try:
+        stream._step_size_check = (key, dict(out))
+    except AttributeError:
+        pass
+    return out
+
+
+def _step_size_check(stream, step_size, radius):
     task, M, b, d, T = stream.task, stream.n_clients, stream.batch_size, stream.n_features, stream.n_steps
     factor = TASK_FACTOR[task]
     L, source = None, None
