@@ -9,7 +9,8 @@ The experiment (issue 21, "Targets"): a synthetic stream (stochastic
 adversary, ζ = heterogeneity 0, no drift), M = 64 clients, d = 100, b = 1,
 FedSEA τ = 10, constant η = 0.05 (logistic) or 0.005 (least squares),
 ``baselines: []``, no plots; at T = 4,000 and 16,000, and at M = 2,048,
-T = 500. For each configuration (``--configs``, keys below) and each of
+T = 500 (``--configs`` keys ``logistic-4000``, ``logistic-16000``, ``ls-4000``,
+``ls-16000``, ``logistic-m2048``, ``ls-m2048``). For each configuration and each of
 ``--repeats`` interleaved repeats, every program runs as a whole process and
 is charged its CPU seconds (user + system, ``getrusage(RUSAGE_CHILDREN)``
 deltas) and its wall seconds:
@@ -40,7 +41,7 @@ learners' ``step``), each live comparator (``throughput.instrument_tracker``'s
 grouping of the regret package), the end of run (``finalize``), the metrics
 output, the rest (engine loop, run folder, summary.json) and, apart, the
 process start-up (imports and compiled-kernel caches, measured as a 4-step
-run before the timed one). Then the growth of each part: CPU at
+run with M = 4, d = 10 before the timed one). Then the growth of each part: CPU at
 T = ``--grid-steps`` (M = 64, d = 100), at M = ``--grid-clients`` and at
 d = ``--grid-dims`` (T = ``--grid-base-steps``), each in its own process,
 and the exponent k of CPU ∝ x^k fitted by least squares on the logarithms.
@@ -153,8 +154,7 @@ def measure(keys: list[str], programs: list[str], threads: list[str], repeats: i
     """Interleaved repeats of every (configuration, program, threads); every run's record."""
     runs = {}
     jobs = [(k, p, th) for k in keys for p in programs for th in (["default"] if p == "streamfl" else threads)]
-    for k in keys:                                   # warm-up, untimed: byte-code, numba caches, page cache
-        task = CONFIGS[k][0]
+    for task in sorted({CONFIGS[k][0] for k in keys}):   # warm-up, untimed: byte-code, numba caches, page cache
         for p in programs:
             run_once(p, "default", task, 20, 4, 10)
     for rep in range(repeats):
@@ -253,7 +253,7 @@ def child_parts(spec: dict) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="streamfl-parts-"))
     clock = time.process_time
     try:
-        warm = ExperimentConfig.model_validate(config_dict(task, 4, M, d, str(tmp)))
+        warm = ExperimentConfig.model_validate(config_dict(task, 4, 4, 10, str(tmp)))     # imports, caches
         run_experiment(warm, tmp / "warm", plots=False)
         startup = clock() - start
         cfg = ExperimentConfig.model_validate(config_dict(task, T, M, d, str(tmp)))
@@ -335,7 +335,8 @@ def parts_report(keys: list[str], grid_T: list[int], grid_M: list[int], grid_d: 
         rows = [(name, f"{sec:.3f}", f"{100 * sec / r['whole']:.1f} %")
                 for name, sec in sorted(r["parts"].items(), key=lambda kv: -kv[1])]
         rows.append(("whole run (run_experiment)", f"{r['whole']:.3f}", "100 %"))
-        rows.append(("apart: process start-up (imports, kernel caches; a 4-step run)", f"{r['startup']:.3f}", ""))
+        rows.append(("apart: process start-up (imports, kernel caches; a 4-step run, M = 4, d = 10)",
+                     f"{r['startup']:.3f}", ""))
         print(f"\n== streamfl CPU by part: {task} T={T:,} M={M:,} d={d} (one in-process run, exclusive CPU s) ==")
         table(rows, ("part", "CPU s", "share of the run"))
     tasks = sorted({CONFIGS[k][0] for k in keys})
