@@ -73,7 +73,9 @@ def test_same_figures_anchor_equals_streamfl(reference):
     ts, values = zip(*got["static_checkpoints"])
     want_ts, want = zip(*summary["static_checkpoints"])
     assert list(ts) == list(want_ts) == anchor_common.checkpoints(T).tolist()
-    np.testing.assert_allclose(values, want, rtol=RTOL)
+    # the first checkpoints' samples are separable: the infimum is 0 (streamfl reports it exactly), which the
+    # anchor's L-BFGS-B approaches to within its tolerance (~1e-10 nats)
+    np.testing.assert_allclose(values, want, rtol=RTOL, atol=1e-9)
     np.testing.assert_allclose(got["client_regret_static"], summary["client_regret"]["static"], rtol=RTOL)
     mine = pd.read_csv(got["metrics_file"])
     assert list(mine.columns) == ["t", "loss", "cum_loss"] + [f"client{m}_cum_loss" for m in range(M)]
