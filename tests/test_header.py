@@ -133,3 +133,14 @@ def test_no_chunk_note_when_the_run_is_shorter_than_the_lowered_chunk():
                         "source": {"kind": "synthetic", "task": "logistic", "clients": 5000, "dim": 10},
                         "baselines": []})
     assert not [n for n in describe_inputs(cfg, build_stream(cfg))["notes"] if "chunk_size lowered" in n]
+
+
+def test_an_ignored_reservoir_size_is_said():
+    from streamfl.config import default_config
+    from streamfl.generators.build import build_stream
+    from streamfl.runtime.header import describe_inputs
+    cfg = default_config().model_copy(update={"reservoir_size": 128, "steps": 20})
+    notes = describe_inputs(cfg, build_stream(cfg))["notes"]
+    assert any(n.startswith("reservoir_size = 128 is ignored") for n in notes)
+    plain = default_config().model_copy(update={"steps": 20})
+    assert not any("reservoir_size" in n for n in describe_inputs(plain, build_stream(plain))["notes"])

@@ -106,6 +106,9 @@ def describe_inputs(cfg, stream) -> dict:
             notes.append(chunk_note(cfg.chunk_size, chunk))
         if stream.task in ("logistic", "softmax") and stream.n_clients > cfg.tracker.client_hindsight_max:
             notes.append(client_hindsight_note(int(stream.n_clients), cfg.tracker.client_hindsight_max))
+    if cfg.reservoir_size != type(cfg).model_fields["reservoir_size"].default:
+        notes.append(f"reservoir_size = {cfg.reservoir_size} is ignored: the live static comparator keeps no "
+                     f"sample reservoir any more (a certified interval instead, docs/live-regret.md)")
     rows = None
     if hasattr(stream, "n_rows_"):
         dropped, beyond = int(stream.n_dropped_), int(stream.n_truncated_)
