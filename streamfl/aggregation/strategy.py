@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from ..updates import GlobalUpdate
 from .functions import weighted_average
 
 
@@ -88,14 +89,13 @@ class MFFedAvg(Strategy):
     Dense weights (h, b): FedAvg over the clients that took part
     (``weighting`` uniform or by samples), as :class:`FedAvg`.
 
-    ``aggregate`` takes a :class:`~streamfl.models.client_model.ModelUpdate`
-    and returns a :class:`~streamfl.models.client_model.GlobalUpdate` (the
+    ``aggregate`` takes a :class:`~streamfl.updates.ModelUpdate`
+    and returns a :class:`~streamfl.updates.GlobalUpdate` (the
     global deltas of the sparse tables and the new dense weights), or
     ``None`` when no client saw a sample in the round.
 
     >>> import numpy as np
-    >>> from streamfl.aggregation.sparse import SparseRound
-    >>> from streamfl.models.client_model import ModelUpdate
+    >>> from streamfl.updates import ModelUpdate, SparseRound
     >>> r = SparseRound(client=np.array([0]), ids=np.array([5]), rows=np.array([[0.007]]),
     ...                 counts=np.array([1]), n_samples=np.array([150, 170]))
     >>> u = ModelUpdate(sparse={"item": r}, dense={"h": np.array([[1.0], [3.0]])}, n_samples=np.array([150, 170]))
@@ -114,7 +114,6 @@ class MFFedAvg(Strategy):
         self.weighting, self.rule = weighting, rule
 
     def aggregate(self, update, n_samples):
-        from ..models.client_model import GlobalUpdate
         from .sparse import fedavg, mf_fedavg, simple_avg
         n = np.asarray(n_samples)
         taking_part = n > 0
@@ -139,9 +138,9 @@ class MFFedAvg(Strategy):
 class FedSubAvg(Strategy):
     """FedSubAvg's server rule for streaming sparse models (paper 000, Algorithm 1), or sparse FedAvg to compare.
 
-    ``aggregate`` takes a :class:`~streamfl.models.client_model.ModelUpdate`
+    ``aggregate`` takes a :class:`~streamfl.updates.ModelUpdate`
     (the sparse table's rows per client and the dense weights stacked) and
-    returns a :class:`~streamfl.models.client_model.GlobalUpdate`, or
+    returns a :class:`~streamfl.updates.GlobalUpdate`, or
     ``None`` when no client saw a sample in the round.
 
     Sparse tables, rule ``fedsubavg``: :func:`~streamfl.aggregation.sparse.fedsubavg`
@@ -175,8 +174,7 @@ class FedSubAvg(Strategy):
     half as far.
 
     >>> import numpy as np
-    >>> from streamfl.aggregation.sparse import SparseRound
-    >>> from streamfl.models.client_model import ModelUpdate
+    >>> from streamfl.updates import ModelUpdate, SparseRound
     >>> r = SparseRound(client=np.array([0]), ids=np.array([5]), rows=np.array([[0.007]]),
     ...                 counts=np.array([1]), n_samples=np.array([8, 8]))
     >>> u = ModelUpdate(sparse={"w": r}, dense={"b": np.array([[1.0], [3.0]])}, n_samples=np.array([8, 8]))
@@ -195,7 +193,6 @@ class FedSubAvg(Strategy):
         self.rule = rule
 
     def aggregate(self, update, n_samples):
-        from ..models.client_model import GlobalUpdate
         from .sparse import fedavg, fedsubavg
         n = np.asarray(n_samples)
         taking_part = n > 0

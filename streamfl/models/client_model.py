@@ -32,54 +32,10 @@ with FedSubAvg).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 
 import numpy as np
 
-
-@dataclass
-class ModelUpdate:
-    """One round's upload of M clients whose model has embedding tables.
-
-    Attributes
-    ----------
-    sparse : dict name -> SparseRound
-        For every aggregated embedding table, the rows each client touched
-        this round (client index, row ids, deltas = local row − global row,
-        samples per row; :class:`streamfl.aggregation.sparse.SparseRound`).
-    dense : dict name -> ndarray (M, ...)
-        Stacked dense weights (e.g. the prediction layer), aggregated by a
-        weighted average.
-    n_samples : ndarray (M,)
-        Samples each client learned from during the round.
-    nbytes : int
-        Payload bytes of the round's uploads (float64 rows and weights,
-        int64 ids and counts) of the clients that took part.
-    """
-
-    sparse: dict
-    dense: dict
-    n_samples: np.ndarray
-    nbytes: int = 0
-
-
-@dataclass
-class GlobalUpdate:
-    """The server's answer to a :class:`ModelUpdate`: global deltas of sparse tables and new dense weights.
-
-    Attributes
-    ----------
-    sparse : dict name -> SparseRows
-        The global delta at the rows some client touched (sorted ids).
-    dense : dict name -> ndarray
-        The aggregated dense weights (one model, no client axis).
-    nbytes : int
-        Payload bytes of the broadcast (to every client).
-    """
-
-    sparse: dict = field(default_factory=dict)
-    dense: dict = field(default_factory=dict)
-    nbytes: int = 0
+from ..updates import GlobalUpdate, ModelUpdate  # noqa: F401  (also imported from here)
 
 
 class ClientModel(ABC):

@@ -6,7 +6,7 @@ active (binary) features S, P(y = 1) = σ(b + Σ_{f∈S} w_f), loss
 log(1 + e^z) − y z (nats). A client's data involve a few features, so it
 downloads only those rows (its submodel), runs local SGD on them, and sends
 back their deltas with ids and counts
-(:class:`~streamfl.aggregation.sparse.SparseRound`).
+(:class:`~streamfl.updates.SparseRound`).
 
 L2: the penalty (λ/2)‖w_f‖² is applied to the rows a mini-batch uses (the
 "lazy" regularisation of sparse models), so rows a client never touches are
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..aggregation.sparse import SparseRound
+from ..updates import SparseRound
 
 
 def local_sgd(w: np.ndarray, bias: float, ids: np.ndarray, y: np.ndarray, lr: float, l2: float = 0.0):

@@ -46,7 +46,8 @@ import math
 import numpy as np
 from numba import njit
 
-from .client_model import ClientModel, GlobalUpdate, ModelUpdate
+from ..updates import GlobalUpdate, ModelUpdate, SparseRound, apply_rows
+from .client_model import ClientModel
 
 EVAL, NEGATIVE, TIE = 1, 2, 3            # purposes of the counter-based draws
 
@@ -351,7 +352,6 @@ class StreamingGMF(ClientModel):
         used = np.arange(self.slot_ids.shape[1])[None, :] < self.n_slots[:, None]
         client = np.repeat(np.arange(self.n_clients), self.n_slots)
         ids = self.slot_ids[used]
-        from ..aggregation.sparse import SparseRound
         r = SparseRound(client=client, ids=ids, rows=self.slot_rows[used] - self.Q[ids], counts=self.slot_counts[used],
                         n_samples=np.asarray(n_samples, dtype=np.int64))
         taking = int(np.count_nonzero(np.asarray(n_samples) > 0))
@@ -361,7 +361,6 @@ class StreamingGMF(ClientModel):
 
     def download(self, global_model: GlobalUpdate) -> None:
         """Apply the server's item-row deltas to the table, take h and b, and empty the submodels."""
-        from ..aggregation.sparse import apply_rows
         delta = global_model.sparse.get("item")
         if delta is not None:
             apply_rows(self.Q, delta)

@@ -10,7 +10,7 @@ the federation:
   the rows its samples touch (its *submodel*, paper 000 §1: "updating only a
   small submodel"); at the end of a round it uploads those rows' deltas with
   their ids and the number of its samples that involved each row
-  (a :class:`~streamfl.aggregation.sparse.SparseRound` row each), and the
+  (a :class:`~streamfl.updates.SparseRound` row each), and the
   server aggregates them per row (:class:`~streamfl.aggregation.strategy.FedSubAvg`);
 * b — one bias per client, dense, averaged at the end of a round.
 
@@ -43,7 +43,8 @@ import math
 import numpy as np
 from numba import njit
 
-from .client_model import ClientModel, GlobalUpdate, ModelUpdate
+from ..updates import GlobalUpdate, ModelUpdate, SparseRound, apply_rows
+from .client_model import ClientModel
 
 
 @njit(cache=True)
@@ -205,12 +206,11 @@ class StreamingSparseLogistic(ClientModel):
     def upload(self, n_samples: np.ndarray) -> ModelUpdate:
         """The round's uploads: row deltas (local − global, (r, 1)) with ids and counts (client-major), biases stacked.
 
-        ``sparse["w"]`` is a :class:`~streamfl.aggregation.sparse.SparseRound`
+        ``sparse["w"]`` is a :class:`~streamfl.updates.SparseRound`
         (counts = samples of the round that involved the row), ``dense["b"]``
         the (M, 1) biases. Payload bytes count, for each client with samples,
         8 bytes per id, per count and per row value, and 8 for its bias.
         """
-        from ..aggregation.sparse import SparseRound
         used = np.arange(self.slot_ids.shape[1])[None, :] < self.n_slots[:, None]
         client = np.repeat(np.arange(self.n_clients), self.n_slots)
         ids = self.slot_ids[used]
@@ -222,7 +222,6 @@ class StreamingSparseLogistic(ClientModel):
 
     def download(self, global_model: GlobalUpdate) -> None:
         """Apply the server's row deltas to the table, take the averaged bias, and empty the submodels."""
-        from ..aggregation.sparse import apply_rows
         delta = global_model.sparse.get("w")
         if delta is not None:
             apply_rows(self.w[:, None], delta)

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .cvfl import LABELS, Settings
+from .cvfl_settings import LABELS, Settings
 
 BIT_COLOURS = {2: "#d62728", 3: "#ff7f0e", 4: "#2ca02c", 32: "#1f1f1f"}
 

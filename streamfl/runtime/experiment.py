@@ -13,41 +13,19 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-import numpy as np
-
 from ..config import ExperimentConfig, dump_config
 from ..generators.build import build_stream
 from ..models import StackedLinear, StepSize
 from ..aggregation import FedAvg
 from ..regret import RegretTracker
 from .allocator import keep_freed_memory
+from .chunks import chunk_note, effective_chunk_size
 from .engine import MAIN, run_stream
 from .folders import check_folder, make_dir
 from .header import describe_inputs
 from .learners import Centralized, Federated, RiverClients, bottleneck_note
-from .sink import MetricsSink
+from .sink import MetricsSink, add_columns, jsonable
 
-
-
-CHUNK_FLOATS = 1 << 22     # features per chunk at most (32 MB of float64); memory is O(chunk × M × b × d)
-
-
-def effective_chunk_size(chunk_size: int, stream) -> int:
-    """Steps per chunk: ``chunk_size``, lowered so that n·M·b·d·K ≤ :data:`CHUNK_FLOATS` (at least 1).
-
-    The engine's and the tracker's per-chunk arrays are O(n M b d K), so
-    without the cap M = 100,000 clients at d = 10 would need gigabytes per
-    chunk. Results do not depend on the chunk size.
-    """
-    K = stream.n_classes if stream.task == "softmax" else 1
-    per_step = stream.n_clients * stream.batch_size * stream.n_features * max(1, K)
-    return max(1, min(int(chunk_size), CHUNK_FLOATS // max(1, per_step)))
-
-
-def chunk_note(asked: int, used: int) -> str:
-    """What the run header and summary.json say when :func:`effective_chunk_size` lowered ``chunk_size``."""
-    return (f"chunk_size lowered from {asked} to {used} steps so that a chunk holds at most {CHUNK_FLOATS:,} "
-            f"features (memory; the results do not depend on it)")
 
 
 def build_learners(cfg: ExperimentConfig, stream) -> dict:
@@ -297,7 +275,7 @@ def _run(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream=None) -> 
         "bottleneck": bottleneck_note(cfg.baselines),
     })
     summary["gaps"] = {name: summary["cum_loss"][MAIN] - v for name, v in summary["cum_loss"].items() if name != MAIN}
-    (run_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2))
+    (run_dir / "summary.json").write_text(json.dumps(jsonable(summary), indent=2))
     if cfg.output.plots if plots is None else plots:
         from ..report.plots import render_run
         summary["plots"] = [str(p) for p in render_run(run_dir)]
@@ -322,7 +300,7 @@ def _drive(cfg: ExperimentConfig, run_dir: Path, on_chunk, stream, learners: dic
     engine_cpu = time.process_time() - cpu - tracker.fit_seconds
     sink.close()
     summary = tracker.finalize()
-    _add_columns(sink.path, tracker.static_columns)
+    add_columns(sink.path, tracker.static_columns)
     return tracker, summary, elapsed, engine_cpu, sink
 
 
@@ -345,7 +323,7 @@ def _run_gmf(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream) -> d
         "bottleneck": None,
     })
     summary["gaps"] = {name: summary["cum_loss"][MAIN] - v for name, v in summary["cum_loss"].items() if name != MAIN}
-    (run_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2))
+    (run_dir / "summary.json").write_text(json.dumps(jsonable(summary), indent=2))
     if cfg.output.plots if plots is None else plots:
         from ..report.plots import render_ranking_run
         summary["plots"] = [str(p) for p in render_ranking_run(run_dir)]
@@ -378,34 +356,12 @@ def _run_sparse(cfg: ExperimentConfig, run_dir: Path, on_chunk, plots, stream) -
     summary["tracker_notes"] = list(tracker.notes)
     summary["notes"] = summary["inputs"]["notes"] + list(tracker.notes)
     summary["gaps"] = {name: summary["cum_loss"][MAIN] - v for name, v in summary["cum_loss"].items() if name != MAIN}
-    (run_dir / "summary.json").write_text(json.dumps(_jsonable(summary), indent=2))
+    (run_dir / "summary.json").write_text(json.dumps(jsonable(summary), indent=2))
     if cfg.output.plots if plots is None else plots:
         from ..report.plots import render_sparse_run
         summary["plots"] = [str(p) for p in render_sparse_run(run_dir)]
     return summary
 
 
-def _add_columns(path: Path, columns) -> None:
-    """Append end-of-run columns (one value per step, in order) to a finished metrics file."""
-    import pandas as pd
-    frame = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
-    for name in columns:
-        frame[name] = columns[name].to_numpy()
-    if path.suffix == ".csv":
-        frame.to_csv(path, index=False, float_format="%.10g")
-    else:
-        frame.to_parquet(path, index=False)
-
-
-def _jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (np.floating, float)):
-        return None if not np.isfinite(obj) else float(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    return obj
+# the former private names, still imported by consumers/tracker.py (the Kafka tracker role)
+_add_columns, _jsonable = add_columns, jsonable

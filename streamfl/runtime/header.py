@@ -100,7 +100,7 @@ def describe_inputs(cfg, stream) -> dict:
         if why:
             notes.append(why)
         from ..regret.tracker import client_hindsight_note
-        from .experiment import chunk_note, effective_chunk_size
+        from .chunks import chunk_note, effective_chunk_size
         chunk = effective_chunk_size(cfg.chunk_size, stream)
         if chunk < min(cfg.chunk_size, stream.n_steps):     # a chunk never holds more than T steps anyway
             notes.append(chunk_note(cfg.chunk_size, chunk))

@@ -218,8 +218,8 @@ def summarize_seeds(summaries: list[dict], run_dirs: list[Path], root: Path, cfg
     merged.update(extra or {})
     path = aggregate_metrics(run_dirs, root, cfg.output.format)
     merged["metrics_file"] = path.name
-    from .experiment import _jsonable
-    (root / "summary.json").write_text(json.dumps(_jsonable(merged), indent=2))
+    from .sink import jsonable
+    (root / "summary.json").write_text(json.dumps(jsonable(merged), indent=2))
     return merged
 
 

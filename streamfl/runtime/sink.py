@@ -1,4 +1,4 @@
-"""Per-step metrics streamed to disk, chunk by chunk (CSV or Parquet)."""
+"""Per-step metrics streamed to disk, chunk by chunk (CSV or Parquet), and what is written at the run's end."""
 
 from __future__ import annotations
 
@@ -139,3 +139,44 @@ class MetricsSink(RowsSink):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def add_columns(path: Path, columns) -> None:
+    """Append end-of-run columns to a finished metrics file (CSV or Parquet), rewriting it.
+
+    Parameters
+    ----------
+    path : Path
+        metrics.csv or metrics.parquet, n rows (one per step).
+    columns : mapping name -> pandas Series of n values, in step order
+    """
+    import pandas as pd
+    frame = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+    for name in columns:
+        frame[name] = columns[name].to_numpy()
+    if path.suffix == ".csv":
+        frame.to_csv(path, index=False, float_format=FLOAT_FORMAT)
+    else:
+        frame.to_parquet(path, index=False)
+
+
+def jsonable(obj):
+    """``obj`` (nested dicts, lists, tuples) as plain JSON values: numpy scalars as Python ones, NaN and ±inf as None.
+
+    JSON has no NaN: a figure that does not exist (no comparator, no run) is
+    written as ``null``. Dict keys become strings; other objects pass unchanged.
+
+    >>> jsonable({1: [np.float64(0.5), float("nan"), np.int64(3), np.bool_(True)]})
+    {'1': [0.5, None, 3, True]}
+    """
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        return None if not np.isfinite(obj) else float(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj

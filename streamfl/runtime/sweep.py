@@ -32,7 +32,8 @@ import pandas as pd
 
 from ..config import apply_override, config_data, dump_config, parse_config, sweep_metric
 from ..generators.build import build_stream
-from .experiment import _jsonable, claim_run_dir
+from .experiment import claim_run_dir
+from .sink import jsonable
 from .header import describe_inputs, header_lines
 from .seeds import run_pool, summarize_seeds, t_band, t_interval
 
@@ -311,7 +312,7 @@ def _sweep(cfg, root: Path, console, live: bool, plots: bool | None, workers: in
         if sweep_plots:
             plot_regime_agreement(agreement, root / "regime.png")
             result["regime_plot"] = str(root / "regime.png")
-    (root / "sweep.json").write_text(json.dumps(_jsonable({"rows": rows, "agreement": result["agreement"],
+    (root / "sweep.json").write_text(json.dumps(jsonable({"rows": rows, "agreement": result["agreement"],
                                                            "seeds": n_seeds, "metric": metric, "units": units,
                                                            "metric_source": "config" if metric_note is None
                                                            else "inferred", "notes": notes}), indent=2))

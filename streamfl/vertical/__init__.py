@@ -2,7 +2,8 @@
 
 * :mod:`~streamfl.vertical.data` — vertically partitioned batches, column splits, join by sample id
 * :mod:`~streamfl.vertical.join` — streaming join of the parties' records by sample id
-* :mod:`~streamfl.vertical.cvfl` — C-VFL (Castiglia et al., ICML 2022, Algorithm 1)
+* :mod:`~streamfl.vertical.cvfl` — C-VFL (Castiglia et al., ICML 2022, Algorithm 1), its sides composed in one process
+* :mod:`~streamfl.vertical.sides` — a party's side and the server's side of a round (the Kafka roles run one each)
 * :mod:`~streamfl.vertical.wire` — messages between server and parties, bytes counted
 * :mod:`~streamfl.vertical.train` — round-based training by epochs, the streaming (prequential) driver
 * :mod:`~streamfl.vertical.models` — fusion head and bounded party embeddings

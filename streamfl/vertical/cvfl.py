@@ -20,40 +20,41 @@ Round r (t₀ = rQ) of :meth:`CVFL.step` on a mini-batch B:
 and is counted by its length: per round, up Σ_m |C_m| and down
 Σ_m (Σ_{j≠m} |C_j| + |C_0|) = (M−1)·up + M·|C_0|.
 
-**Cost.** Per round: M party forwards, M + 1 encodes and decodes
-(O(M·B·P + |θ_0|) numpy work). Per local iteration: M party forward/backward
-passes on B rows (a loop over the M ≤ ~8 parties, each one batched torch call:
-parties may have different input widths and architectures), one forward/backward
-of the server model on the M parties' views stacked along the batch axis
-(M·B rows; party m's rows hold its fresh embedding and the others' stale ones,
-and since each θ_m reaches only its own rows, one backward of the summed
-losses gives every party its own gradient), and one on the server's B rows.
-Time grows linearly in the rounds R, in Q, and in M·B; bytes grow in R, M²·B·P
-and M·|θ_0|, and not in Q. Models this small run fastest with
-``torch.set_num_threads(1)`` (intra-op threads only add overhead).
+**One implementation.** :class:`CVFL` is M :class:`~streamfl.vertical.sides.PartySide`
+and one :class:`~streamfl.vertical.sides.ServerSide` composed in one process:
+:meth:`CVFL.step` calls their methods in Algorithm 1's order and passes every
+payload through the wire. The Kafka roles run the same sides one per process,
+so the two modes share every line of the sides' arithmetic.
+
+**Cost.** Per round: M party forwards, M + 1 encodes and M + 1 decodes (the
+parties' embeddings in one vectorised pass each way, each payload decoded once
+for all its receivers: O(M·B·P + |θ_0|) numpy work). Per local iteration: M
+party forward/backward passes on B rows (a loop over the M ≤ ~8 parties, each
+one batched torch call: parties may have different input widths and
+architectures), one forward/backward of the server architecture on the M
+parties' views stacked along the batch axis (M·B rows;
+:meth:`~streamfl.vertical.sides.PartySide.objective_all`), and one of the
+server model on its B rows. Time grows linearly in the rounds R, in Q, and in
+M·B; bytes grow in R, M²·B·P and M·|θ_0|, and not in Q. Models this small run
+fastest with ``torch.set_num_threads(1)`` (intra-op threads only add overhead).
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
 
-from ..compression import Compressor, NoCompression, dither_key
+from ..compression import Compressor, NoCompression
 from .data import VerticalBatch
+from .sides import PartySide, PayloadDecoder, ServerSide, check_settings, cross_entropy, local_sgd
 from .wire import Wire
 
-
-def cross_entropy(outputs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Per-sample softmax cross-entropy (nats): outputs (N, K) logits, y (N,) class ids → (N,)."""
-    return F.cross_entropy(outputs, y, reduction="none")
+__all__ = ["CVFL", "RoundReport", "cross_entropy"]
 
 
 @dataclass(frozen=True)
@@ -154,17 +155,8 @@ class CVFL:
                  seed: int = 0, wire: Wire | None = None):
         if len(parties) < 1:
             raise ValueError("C-VFL needs at least one party")
-        if not isinstance(local_iterations, int) or local_iterations < 1:
-            raise ValueError(f"local_iterations (Q) must be an integer ≥ 1, got {local_iterations!r}")
-        if not callable(lr) and not lr > 0:
-            raise ValueError(f"lr (η) must be > 0, got {lr!r}")
-        buffers = [name for name, _ in server.named_buffers()]
-        if buffers:
-            raise ValueError(f"the server model holds buffers ({', '.join(buffers)}); C-VFL sends only its "
-                             f"parameters to the parties, so use a model without buffers (e.g. no BatchNorm)")
-        self.parties = nn.ModuleList(copy.deepcopy(list(parties)))
-        self.server = copy.deepcopy(server)
-        dtypes = {p.dtype for p in self.parameters()}
+        check_settings(local_iterations, lr, server)
+        dtypes = {p.dtype for h in [*parties, server] for p in h.parameters()}
         if len(dtypes) != 1:
             raise ValueError(f"all party and server parameters must share one float dtype, got {sorted(map(str, dtypes))}")
         self.dtype = dtypes.pop()
@@ -176,8 +168,15 @@ class CVFL:
         self.seed = seed
         self.wire = wire if wire is not None else Wire()
         self.round = 0
-        self._names = [n for n, _ in self.server.named_parameters()]
-        self._shapes = [p.shape for p in self.server.parameters()]
+        M = len(parties)
+        common = dict(local_iterations=local_iterations, lr=lr, compressor=self.compressor,
+                      server_compressor=self.server_compressor, loss=self.loss, seed=seed,
+                      decoder=PayloadDecoder(self.compressor, seed, self.dtype))     # each embedding decoded once per round
+        self.party_sides = [PartySide(m, M, h, server, **common) for m, h in enumerate(parties, start=1)]
+        self.server_side = ServerSide(M, server, **common)
+        # the sides' own modules (copies of the caller's): training them trains these
+        self.parties = nn.ModuleList([s.party for s in self.party_sides])
+        self.server = self.server_side.server
 
     @property
     def n_parties(self) -> int:
@@ -187,23 +186,6 @@ class CVFL:
     def parameters(self) -> list[torch.nn.Parameter]:
         """θ_1, …, θ_M then θ_0 (the global model Θ's blocks)."""
         return [p for h in self.parties for p in h.parameters()] + list(self.server.parameters())
-
-    def _eta(self) -> float:
-        return float(self.lr(self.round)) if callable(self.lr) else float(self.lr)
-
-    def _tensors(self, batch: VerticalBatch) -> tuple[list[torch.Tensor], torch.Tensor]:
-        if batch.n_parties != self.n_parties:
-            raise ValueError(f"the batch has {batch.n_parties} parties' features; the model has {self.n_parties} parties")
-        xs = [torch.as_tensor(X, dtype=self.dtype) for X in batch.parts]
-        return xs, torch.as_tensor(batch.y)
-
-    def _server_vector(self) -> np.ndarray:
-        return torch.nn.utils.parameters_to_vector(self.server.parameters()).detach().cpu().numpy()
-
-    def _server_params(self, vector: np.ndarray) -> dict[str, torch.Tensor]:
-        flat = torch.as_tensor(vector, dtype=self.dtype)
-        parts = torch.split(flat, [int(np.prod(s)) for s in self._shapes])
-        return {n: t.view(s) for n, t, s in zip(self._names, parts, self._shapes)}
 
     def step(self, batch: VerticalBatch) -> RoundReport:
         """One round of Algorithm 1 on ``batch`` (the round's mini-batch B^{t₀}): communicate, then Q local iterations.
@@ -216,60 +198,30 @@ class CVFL:
         ----------
         batch : VerticalBatch
             B samples: M feature slices (B, D_m) and labels (B,).
+
+        Raises
+        ------
+        ValueError
+            If the batch holds another number of parties' features than the model has parties.
         """
+        if batch.n_parties != self.n_parties:
+            raise ValueError(f"the batch has {batch.n_parties} parties' features; the model has {self.n_parties} parties")
         start, cpu_start = time.perf_counter(), time.process_time()
-        xs, y = self._tensors(batch)
-        r, M, B = self.round, self.n_parties, len(batch)
-        up0, down0 = self.wire.bytes_up, self.wire.bytes_down
-        eta = self._eta()
-
-        # lines 5-7: each party sends C_m(h_m(θ_m; X_m^B)); the fresh embeddings also serve local iteration 0
-        fresh = [h(x) for h, x in zip(self.parties, xs)]
-        keys = [dither_key(self.seed, m, r) if self.compressor.dithered else None for m in range(1, M + 1)]
-        embeddings = [e.detach().cpu().numpy() for e in fresh]
-        same_shape = len({e.shape for e in embeddings}) == 1
-        if same_shape:      # one vectorised pass over the parties, still one payload (and key) per party
-            payloads = self.compressor.encode_batch(np.stack(embeddings), keys)
-        else:
-            payloads = [self.compressor.encode(e, k) for e, k in zip(embeddings, keys)]
-        up = [self.wire.send(r, m, 0, p) for m, p in enumerate(payloads, start=1)]
+        r, wire = self.round, self.wire
+        up0, down0 = wire.bytes_up, wire.bytes_down
+        # lines 5-7: each party m sends C_m(h_m(θ_m; X_m^B)) to the server
+        payloads = PartySide.embed_all(self.party_sides, r, batch.parts)
+        up = [wire.send(r, m, 0, p) for m, p in enumerate(payloads, start=1)]
         # line 9: the server relays Φ̂_{-m} and sends C_0(θ_0) to every party
-        key0 = dither_key(self.seed, 0, r) if self.server_compressor.dithered else None
-        p0 = self.server_compressor.encode(self._server_vector(), key0)
-        for m in range(1, M + 1):
-            for j in range(1, M + 1):
-                if j != m:
-                    self.wire.send(r, 0, m, up[j - 1])
-            self.wire.send(r, 0, m, p0)
-        # every receiver decodes a payload to the same values (same bytes, same key): decode each once
-        decoded = self.compressor.decode_batch(up, keys) if same_shape else [
-            self.compressor.decode(p, k) for p, k in zip(up, keys)]
-        stale = [torch.as_tensor(d, dtype=self.dtype) for d in decoded]
-        theta0 = self._server_params(self.server_compressor.decode(p0, key0))
-
-        params = self.parameters()
-        y_parties = y.repeat((M,) + (1,) * (y.dim() - 1))      # the labels of the M stacked party views
-        for q in range(self.Q):
-            if q:
-                fresh = [h(x) for h, x in zip(self.parties, xs)]
-            # lines 12-13 for parties m = 1..M: Φ̂_m^t = {Φ̂_{-m}^{t0}; h_m(θ_m^t)} with the stale C_0(θ_0^{t0})
-            views = [torch.cat([fresh[j] if m == j else stale[j] for m in range(M)]) for j in range(M)]
-            party_losses = self.loss(functional_call(self.server, theta0, (views,)), y_parties).view(M, B)
-            # lines 12-13 for the server m = 0: Φ̂_0^t = {Φ̂_{-0}^{t0}; θ_0^t}
-            outputs = self.server(stale)
-            server_losses = self.loss(outputs, y)
-            if q == 0:
-                prequential, first_outputs = server_losses.detach(), outputs.detach()
-            grads = torch.autograd.grad(party_losses.mean(dim=1).sum() + server_losses.mean(), params,
-                                        allow_unused=True)
-            with torch.no_grad():
-                for p, g in zip(params, grads):
-                    if g is not None:
-                        p.sub_(eta * g)
+        received = [[wire.send(r, 0, m, p) for p in ps] for m, ps in enumerate(self.server_side.relay(r, up), start=1)]
+        # lines 11-14: Q local iterations of every party and of the server (each on its own loss)
+        local_sgd([PartySide.objective_all(self.party_sides, r, received, batch.y),
+                   self.server_side.objective(r, batch.y)], self.Q)
+        losses, outputs = self.server_side.prequential
         self.round += 1
-        return RoundReport(round=r, sample_losses=prequential.cpu().numpy(), outputs=first_outputs.cpu().numpy(),
-                           bytes_up=self.wire.bytes_up - up0, bytes_down=self.wire.bytes_down - down0,
-                           bytes_up_total=self.wire.bytes_up, bytes_down_total=self.wire.bytes_down,
+        return RoundReport(round=r, sample_losses=losses, outputs=outputs,
+                           bytes_up=wire.bytes_up - up0, bytes_down=wire.bytes_down - down0,
+                           bytes_up_total=wire.bytes_up, bytes_down_total=wire.bytes_down,
                            compute_seconds=time.perf_counter() - start,
                            cpu_seconds=time.process_time() - cpu_start)
 
