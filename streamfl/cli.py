@@ -208,18 +208,18 @@ def _print_summary(summary: dict, finished: bool = True):
                       f"true concept (w*, b*): {concept['loss']:.4f} nats, regret against it {concept['regret']:.4f}",
                       soft_wrap=True)
     est = " (ESTIMATE)" if summary.get("regret_static_is_estimate") else ""
-    console.print(f"static regret{est}: {summary['regret_static']:.4f}  [dim]({summary['regret_static_method']})[/dim]")
+    console.print(f"static regret{est}: {_num(summary['regret_static'])}  [dim]({summary['regret_static_method']})[/dim]")
     for key in ("regret_expected", "regret_dynamic"):
         v, method = summary.get(key), summary.get(f"{key}_method")
         how = f"  [dim]({method})[/dim]" if method else ""
         if v is not None and v == v:
-            console.print(f"{key.replace('_', ' ')}: {v:.4f}{how}")
+            console.print(f"{key.replace('_', ' ')}: {_num(v)}{how}")
         elif method:
             console.print(f"{key.replace('_', ' ')}: n/a{how}")
     for name, gap in summary.get("gaps", {}).items():
         from .report.labels import main_label
         main = main_label(summary)
-        console.print(f"loss gap {main} − {name}: {gap:+.4f}")
+        console.print(f"loss gap {main} − {name}: {_num(gap, sign=True)}")
     reg = (summary.get("heterogeneity") or {}).get("regime") or {}
     if reg:
         verdict = {True: "helps", False: "does not help"}.get(reg.get("parallelisation_helps"),
@@ -235,6 +235,19 @@ def _print_summary(summary: dict, finished: bool = True):
                           highlight=False, soft_wrap=True)
     for p in summary.get("plots", []):
         console.print(f"plot: {p}", soft_wrap=True)
+
+
+def _num(v: float, sign: bool = False) -> str:
+    """A summary figure: 4 decimals, or 5 significant digits in scientific notation from 10⁷ on (a diverging
+    run's regrets have hundreds of digits).
+
+    >>> _num(-155.91291), _num(2.5e180), _num(0.5, sign=True)
+    ('-155.9129', '2.5000e+180', '+0.5000')
+    """
+    if v is None or v != v:
+        return "n/a"
+    s = "+" if sign else ""
+    return f"{v:{s}.4e}" if abs(v) >= 1e7 else f"{v:{s}.4f}"
 
 
 def _print_seeds(summary: dict):

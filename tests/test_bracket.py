@@ -139,3 +139,55 @@ def test_default_run_live_static_regret_has_the_exact_sign_and_bounds(tmp_path):
     assert (ck["regret_static"] <= ck["regret_static_upper"] + 1e-6).all()
     # after the switch at t = 1,200 the static regret falls below zero, live as well as exact
     assert (df.loc[df["t"] >= 1400, "regret_static_live"] < 0).all()
+
+
+def test_softmax_live_comparator_never_exceeds_the_origins_loss(tmp_path):
+    # a separable first step sent the last exact minimiser far out: its loss on the next steps was thousands of
+    # nats (live static regret −8,129 at t = 3 while the cumulative loss was 4.1); the origin's loss
+    # W_t·log K bounds the comparator too
+    from streamfl.config import parse_config
+    cfg = parse_config({"name": "smx", "steps": 300, "source": {"kind": "river_synth", "name": "RandomRBF",
+                        "clients": 4, "params": {"n_classes": 4, "n_features": 6, "n_centroids": 5}},
+                        "learner": {"batch_size": 2, "tau": 5}, "baselines": [], "output": {"plots": False}})
+    s = run_experiment(cfg, tmp_path / "r", plots=False)
+    df = pd.read_csv(tmp_path / "r" / "metrics.csv")
+    assert s["task"] == "softmax"
+    w = np.arange(1, len(df) + 1)                        # network weight 1 per step (every client present)
+    assert (df["comparator_static_live"] <= w * np.log(4) + 1e-9).all()
+    assert (df["regret_static_live"] >= df["cum_loss"] - w * np.log(4) - 1e-9).all()
+    assert (df["regret_static_lower"] <= df["regret_static_live"] + 1e-9).all()
+    exact = df["regret_static"].notna()
+    assert (df.loc[exact, "regret_static_lower"] <= df.loc[exact, "regret_static"] + 1e-7).all()
+
+
+def test_radius_comparator_is_a_feasible_kkt_point():
+    # SLSQP's minimiser was a little outside the ball: the "exact" comparator 5e-5 nats below the true one
+    rng = np.random.default_rng(0)
+    N, d = 3000, 10
+    X = rng.standard_normal((N, d))
+    y = (rng.random(N) < 1 / (1 + np.exp(-X @ (2 * rng.standard_normal(d))))).astype(float)
+    w = np.full(N, 1 / 8)
+    x, v = solve_hindsight("logistic", lambda: [(X, y, w)], (d, 1), radius=1.0)
+    assert np.linalg.norm(x) <= 1.0 + 1e-12
+    from streamfl.regret.comparators import weighted_loss_and_grad
+    f, g = weighted_loss_and_grad("logistic", x, (d, 1), X, y, w)
+    lam = -(g @ x) / (x @ x)
+    assert lam > 0 and np.linalg.norm(g + lam * x) < 1e-7 * np.linalg.norm(g)
+    assert f == pytest.approx(v, rel=1e-15)
+    # no feasible point does better: the value at random points of the ball's boundary near x is above it
+    for _ in range(20):
+        z = x + 1e-3 * rng.standard_normal(d)
+        z /= np.linalg.norm(z)
+        assert weighted_loss_and_grad("logistic", z, (d, 1), X, y, w)[0] >= v - 1e-12
+
+
+def test_wide_logistic_rows_fewer_than_features_give_comparator_zero_live():
+    # 60 rows of 200 features: any labels are separable, the comparator is 0 at every step; the live value
+    # was F_t(0) between checkpoints (a sawtooth between the truth and 0)
+    rng = np.random.default_rng(3)
+    n, M, b, d = 15, 4, 1, 200
+    X = rng.standard_normal((n, M, b, d))
+    y = (rng.random((n, M, b)) < 0.5).astype(float)
+    br = LogisticBracket(d, exact_steps=[15])
+    out = br.update(X, y, np.full((n, M), 0.25), t0=0)
+    assert np.all(out["upper"] == 0.0) and np.all(out["lower"] == 0.0) and np.all(out["estimate"] == 0.0)

@@ -202,9 +202,9 @@ def test_solver_refit_period_rule_and_statement():
     tr, frame, out = _logistic_run(700, 100, refit_every=256)
     assert out["regret_static_live_method"] == (
         "exact (L-BFGS over the recorded stream, warm-started) at steps 16, 32, 64, 128, every 256 steps "
-        "(tracker.refit_every), the checkpoints and T; in between the last exact minimiser's cumulative loss, an "
-        "upper bound on the comparator (so a live regret below the exact one), with the last exact value as the "
-        "lower bound")
+        "(tracker.refit_every), whenever the steps have grown by an eighth, the checkpoints and T; in between the "
+        "smaller of the last exact minimiser's and the origin's cumulative loss, an upper bound on the comparator "
+        "(so the live regret is a lower bound on the exact one), with the last exact value as the lower bound")
     # the exact values at their steps, and every live value inside its bounds
     exact = frame["regret_static"].notna()
     assert set(frame.loc[exact, "t"]) >= {16, 32, 64, 128, 256, 512, 700}

@@ -381,7 +381,12 @@ class LogisticBracket:
             else:
                 ref = out["upper"][j] if cum is None else float(cum[j])
                 tol = max(self.live_floor, self.live_tol * abs(ref - out["estimate"][j]))
-                if out["upper"][j] - out["lower"][j] > tol and self.rec.n_rows >= 2 * self.d and self._affordable():
+                width = out["upper"][j] - out["lower"][j]
+                if width > tol and self.rec.n_rows <= self.d and self._separable(t):
+                    out["estimate"][j] = out["lower"][j] = out["upper"][j] = 0.0   # C_t = 0 exactly
+                    self.low = 0.0
+                elif width > tol and (self.rec.n_rows >= 2 * self.d or self.rec.n_rows * self.d <= self.free_work) \
+                        and self._affordable(width, tol):
                     spent = self.work_moves
                     est, lo, hi = self._refit(t, 0.5 * tol)
                     if self.rec.n_rows * self.d <= self.free_work:      # cheap moves draw on no budget
@@ -541,13 +546,17 @@ class LogisticBracket:
         self._factor()
 
     # ------------------------------------------------------------------ moves
-    def _affordable(self) -> bool:
-        """Whether a live move may be made now (see the class's ``budget``, ``regrow``, ``free_work``)."""
+    def _affordable(self, width: float, tol: float) -> bool:
+        """Whether a live move may be made now: its pass is cheap (N d ≤ ``free_work``), or the rows grew by
+        ``regrow`` since the last move (by a fifth of it when the interval is over 10× its tolerance) and the
+        moves so far cost at most ``budget`` times the work of keeping H or 32 passes over the stream,
+        whichever is larger (for small d the passes are cheap next to the run's own work)."""
         rows = self.rec.n_rows
         if rows * self.d <= self.free_work:
             return True
-        return rows >= (1.0 + self.regrow) * self.rows_at_move and \
-            self.work_moves + 4.0 * rows * self.d <= self.budget * self.work_stream
+        grow = self.regrow if width <= 10.0 * tol else 0.2 * self.regrow
+        allowed = max(self.budget * self.work_stream, 32.0 * 4.0 * rows * self.d)
+        return rows >= (1.0 + grow) * self.rows_at_move and self.work_moves + 4.0 * rows * self.d <= allowed
 
     def _pass(self, x: np.ndarray, upto: int, what: str = "grad"):
         """F_t and what ``what`` asks for at x, over the rows of steps ≤ upto.

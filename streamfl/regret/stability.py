@@ -133,6 +133,15 @@ def _second_moment_top(stream) -> tuple[float | None, float]:
     return float(eigh(gram, eigvals_only=True, subset_by_index=[d - 1, d - 1])[0]), total
 
 
+def _ratio(r: float) -> str:
+    """A growth ratio for a note: 1,376,517 up to 10⁷, then 3 significant digits (2.79e+180).
+
+    >>> _ratio(215.3), _ratio(2.789e180)
+    ('215', '2.79e+180')
+    """
+    return f"{r:,.0f}" if r < 1e7 else f"{r:.3g}"
+
+
 def _steps_above(step_size, L: float, T: int) -> int:
     """How many of the steps 1..T have η_t·L > 2 (η_t never grows: they are the first ones)."""
     if step_size(1) * L <= 2:
@@ -319,11 +328,11 @@ class LossGrowth:
         if len(filled) > 1 and last >= self.factor * first:
             out["diverging"] = True
             out["note"] = (f"diverging: the network loss averages {last:.4g} over {self._steps(int(filled[-1]))}, "
-                           f"{last / first:,.0f}× its mean over {self._steps(0)} ({first:.4g}), without reaching inf "
+                           f"{_ratio(last / first)}× its mean over {self._steps(0)} ({first:.4g}), without reaching inf "
                            f"or NaN; lower learner.step_size.eta, use a decaying step size, or set learner.radius")
         elif means[peak] >= self.factor * first:
             out["overshoot"] = True
             out["note"] = (f"the network loss rose to {means[peak]:.4g} over {self._steps(int(filled[peak]))}, "
-                           f"{means[peak] / first:,.0f}× its mean over {self._steps(0)} ({first:.4g}), before falling "
+                           f"{_ratio(means[peak] / first)}× its mean over {self._steps(0)} ({first:.4g}), before falling "
                            f"back to {last:.4g}: the first steps overshoot; a smaller learner.step_size.eta avoids it")
         return out

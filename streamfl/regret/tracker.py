@@ -381,7 +381,7 @@ class RegretTracker:
         elif self.task != "least_squares":
             self.reservoir = True            # the solver path (see _solver_update); the reservoir estimate is gone
             self.solver_x, self.solver_value, self.solver_low = np.zeros(self.d * self.K), 0.0, 0.0
-            self.solver_exact = {}
+            self.solver_exact, self.solver_weight, self.solver_last = {}, 0.0, 0
         # L from the data: λ_max of the second moment Σ (c/b) a aᵀ of the features; on wide tables held as its
         # rows while they are fewer than d (:class:`RowStats`), d × d otherwise
         self._moment = None
@@ -832,26 +832,35 @@ class RegretTracker:
 
     def _solver_update(self, chunk, c, ts):
         """Softmax, and logistic with a radius: the comparator exact (a solver over the spool) at the refit
-        steps (16, 32, … below ``refit_every``, its multiples), the checkpoints and T; in between the warm
-        value, the last exact minimiser's cumulative loss (above the comparator), with the last exact
-        value below it (C_t never decreases: the losses are ≥ 0). Returns (estimate, lower, upper, exact),
-        each (n,), nats."""
+        steps (16, 32, … below ``refit_every``, its multiples), whenever the steps have grown by an eighth
+        since the last exact solve, at the checkpoints and T; in between the warm value, the smaller of the
+        last exact minimiser's cumulative loss and the origin's, W_t · log K (both above the comparator), with
+        the last exact value below it (C_t never decreases: the losses are ≥ 0). Returns (estimate, lower,
+        upper, exact), each (n,), nats; the estimate is the warm value."""
         n, M, b, d = chunk.X.shape
         loss_fn = get_loss(self.task)
         est, exact = np.empty(n), np.full(n, np.nan)
         lower = np.empty(n)
+        log_k = math.log(max(self.K, 2))                      # f(0, ξ) = log K (log 2 for logistic)
+        weight = running_sum(self.solver_weight, c.sum(axis=1))
+        marks = []
+        for i in range(n):
+            t = int(ts[i])
+            if is_refit_step(t, self.refit_every) or t in self.checkpoints or t == self.T or \
+                    (t >= 16 and 8 * t >= 9 * self.solver_last):
+                marks.append(i + 1)
+                self.solver_last = t
         start = 0
-        marks = [i + 1 for i in range(n) if is_refit_step(int(ts[i]), self.refit_every) or int(ts[i]) in self.checkpoints
-                 or int(ts[i]) == self.T]
         for stop in marks + ([n] if not marks or marks[-1] != n else []):
             sl = slice(start, stop)
             k = stop - start
             W = self.solver_x.reshape(1, d, self.K)
             rows = loss_fn(W, chunk.X[sl].reshape(1, k * M * b, d), chunk.y[sl].reshape(1, k * M * b),
                            with_grad=False)[0].reshape(k, M, b).mean(axis=2)
-            est[sl] = self.solver_value + np.cumsum(np.einsum("nm,nm->n", c[sl], rows))
+            warm = running_sum(self.solver_value, np.einsum("nm,nm->n", c[sl], rows))
+            self.solver_value = float(warm[-1])
+            est[sl] = np.minimum(warm, weight[sl] * log_k)
             lower[sl] = self.solver_low
-            self.solver_value = float(est[stop - 1])
             if stop in marks:
                 t = int(ts[stop - 1])
                 for f in self.spool.values():
@@ -861,6 +870,7 @@ class RegretTracker:
                 est[stop - 1] = lower[stop - 1] = exact[stop - 1] = value
                 self.solver_exact[t] = float(value)
             start = stop
+        self.solver_weight = float(weight[-1])
         return est, lower, est.copy(), exact
 
     def _spool(self, chunk, c, ts):
@@ -915,9 +925,10 @@ class RegretTracker:
         k = self.refit_every
         powers = ", ".join(str(1 << i) for i in range(4, 63) if (1 << i) < k)
         return (f"exact (L-BFGS over the recorded stream, warm-started) at steps {powers + ', ' if powers else ''}"
-                f"every {k} steps (tracker.refit_every), the checkpoints and T; in between the last exact "
-                f"minimiser's cumulative loss, an upper bound on the comparator (so a live regret below the exact "
-                f"one), with the last exact value as the lower bound")
+                f"every {k} steps (tracker.refit_every), whenever the steps have grown by an eighth, the "
+                f"checkpoints and T; in between the smaller of the last exact minimiser's and the origin's "
+                f"cumulative loss, an upper bound on the comparator (so the live regret is a lower bound on the "
+                f"exact one), with the last exact value as the lower bound")
 
     def smoothness(self) -> float:
         """L: the population's, or estimated from the running second moment of

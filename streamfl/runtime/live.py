@@ -138,7 +138,7 @@ class LiveView:
         bracket = getattr(tracker, "bracket", None) is not None
         static_label = "best fixed model (hindsight)" + (
             ", live estimate§" if bracket else
-            (f", exact every {refit} steps, warm between" if refit else ", live estimate")
+            (", exact at refit steps, a lower bound between¶" if refit else ", live estimate")
             if not tracker.hindsight else "" if k == 1 else f", exact every {k} steps‡")
         labels = {"static": static_label,
                   "expected": "expected, FedSEA eq. (3)", "dynamic": "per-step optimum (dynamic)"}
@@ -155,10 +155,11 @@ class LiveView:
                         interval = "exact"
                     elif _finite(lo) and _finite(hi):
                         interval = f"[{_fmt(lo)}, {_fmt(hi)}]"
-                    elif not tracker.hindsight and not bracket:
-                        interval = "none¶"
-                        notes.append("¶ the reservoir estimate (softmax, or a radius) has no certified bound; "
-                                     "exact at the end of the run")
+                    if not tracker.hindsight and not bracket:
+                        notes.append("¶ softmax (or logistic with learner.radius): solved exactly at steps 16, 32, "
+                                     "…, every tracker.refit_every steps, when the steps have grown by an eighth, "
+                                     "the checkpoints and T; between them the last minimiser's loss, so the value "
+                                     "shown is the interval's lower end")
                 r.add_row(label, _fmt(v), _fmt(v / math.sqrt(st.t) if st.t else None), interval)
                 # FedSEA Lemma 1, in this regret's own basis: the two rows add up to the row above
                 virtual, part = st.regret.get(f"{key}_virtual"), st.regret.get(f"consensus_part_{key}")
